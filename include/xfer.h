@@ -1,0 +1,245 @@
+/*
+ * xfer — point-to-point data movement for LLM systems.
+ *
+ * Semantics are reliable but unordered: every operation completes exactly once,
+ * but nothing is promised about the order in which operations land. Receivers
+ * learn that data has arrived by counting 32-bit immediates (xfer_expect_imm),
+ * never by relying on the order of writes.
+ *
+ * Conventions: functions return 0 or a positive count on success and a negative
+ * errno (or -XFER_E*) on failure; xfer_strerror() names every code. Handles are
+ * opaque. Addresses and memory-region descriptors are plain bytes that the
+ * application moves between processes itself.
+ */
+#ifndef XFER_H
+#define XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XFER_VERSION_MAJOR 0
+#define XFER_VERSION_MINOR 1
+
+/* Library-specific error codes; returned negated like errno values. */
+enum {
+	XFER_EBADWIRE = 257,  /* address or descriptor bytes are malformed */
+	XFER_EVERSION = 258,  /* address or descriptor of an unsupported version */
+	XFER_EFOREIGN = 259,  /* descriptor belongs to an engine other than the peer */
+	XFER_EPROVIDER = 260, /* address was made by a different provider */
+	XFER_EPEER = 261,     /* the peer failed or is unreachable */
+	XFER_EFABRIC = 262,   /* provider error with no errno equivalent */
+	XFER_ENOGPU = 263,    /* no GPU or CUDA driver available */
+	XFER_ENOPROV = 264,   /* no provider matches the request */
+};
+
+const char *xfer_strerror(int err);
+
+/* ------------------------------------------------------------------ engine */
+
+typedef struct xfer_engine xfer_engine_t;
+typedef struct xfer_mr xfer_mr_t;   /* a local registered region */
+typedef struct xfer_rmr xfer_rmr_t; /* an imported remote region */
+typedef uint32_t xfer_peer_t;       /* index returned by xfer_peer_add */
+
+#define XFER_PEER_NONE UINT32_MAX
+
+/* Receive handler: runs on the worker thread; data is valid only during the call. */
+typedef void (*xfer_recv_fn)(void *ctx, uint64_t src_id, const void *data, size_t len);
+
+struct xfer_attr {
+	const char *provider;  /* "auto", "tcp", "shm", "verbs", "efa" or a full name */
+	const char *nics;      /* comma-separated domain names ("lo,veth0"); NULL: first */
+	int worker_cpu;        /* CPU to pin the worker to; -1: leave unpinned */
+	uint32_t submit_depth; /* capacity of the submission queue (power of two) */
+	uint32_t max_ops;      /* operations in flight in the worker */
+	uint32_t recv_count;   /* bouncing receive buffers per NIC */
+	uint32_t msg_max;      /* largest SEND payload in bytes */
+	uint32_t imm_slots;    /* distinct immediate values tracked at once */
+	uint32_t spin_us;      /* worker busy-polls this long before sleeping */
+	uint64_t timeout_ms;   /* default deadline of waits and operations */
+	int log_level;         /* 0 error, 1 warn, 2 info, 3 debug */
+	xfer_recv_fn on_recv;  /* optional: receive by callback instead of xfer_recv */
+	void *on_recv_ctx;
+};
+
+/* Fills defaults, then applies XFER_* environment variables (docs/config.md). */
+void xfer_attr_init(struct xfer_attr *attr);
+
+int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out);
+/* Stops the worker: operations still in flight complete with -ECANCELED
+ * (they wait up to 2 s to drain first), nothing completes or lands after it
+ * returns, later submissions fail with -ESHUTDOWN, and the completion queue
+ * stays readable. Idempotent. */
+void xfer_engine_stop(xfer_engine_t *e);
+/* Stops, then frees the engine and every region still registered with it. */
+void xfer_engine_destroy(xfer_engine_t *e);
+
+/* Identity of this engine (random per creation; doubles as its incarnation). */
+uint64_t xfer_engine_id(const xfer_engine_t *e);
+/* Provider actually chosen, e.g. "tcp;ofi_rxm", and how many NICs are open. */
+const char *xfer_engine_provider(const xfer_engine_t *e);
+unsigned xfer_engine_nic_count(const xfer_engine_t *e);
+/* Domain (interface) name of NIC i, e.g. "lo"; NULL past the last. */
+const char *xfer_engine_nic_name(const xfer_engine_t *e, unsigned i);
+
+/* Serializes the engine address. Returns the length, or -ENOSPC if cap is too
+ * small (with the required length in *need when need is not NULL). */
+#define XFER_ADDR_MAX 2048
+int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need);
+
+/* Parses a peer's address (untrusted bytes) and makes it reachable. */
+int xfer_peer_add(xfer_engine_t *e, const void *addr, size_t len, xfer_peer_t *out);
+/* -EBUSY while operations to the peer are in flight. */
+int xfer_peer_remove(xfer_engine_t *e, xfer_peer_t peer);
+/* Engine id carried by a peer's address; 0 if the handle is not valid. */
+uint64_t xfer_peer_id(const xfer_engine_t *e, xfer_peer_t peer);
+
+/* --------------------------------------------------------- memory regions */
+
+#define XFER_DESC_MAX 512
+
+/* Registers [buf, buf+len) on every NIC of the engine for local and remote access. */
+int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out);
+/* -EBUSY while operations using the region are in flight. */
+int xfer_mr_dereg(xfer_mr_t *mr);
+/* Serializes the remote descriptor; same return convention as xfer_engine_addr. */
+int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need);
+void *xfer_mr_addr(const xfer_mr_t *mr);
+size_t xfer_mr_len(const xfer_mr_t *mr);
+
+/* Parses a descriptor (untrusted bytes) that must belong to `peer`. */
+int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t len,
+		    xfer_rmr_t **out);
+void xfer_rmr_free(xfer_rmr_t *rmr);
+size_t xfer_rmr_len(const xfer_rmr_t *rmr);
+
+/* ------------------------------------------------------------ submissions */
+
+/*
+ * Every submission carries user_data and completes exactly once, either as an
+ * entry in the completion queue or, when cb is set, by a call to cb on the
+ * worker thread. Buffers, index arrays and remote regions named by a
+ * submission must stay valid until it completes. A full submission queue
+ * returns -EAGAIN: poll completions and try again.
+ */
+struct xfer_cqe {
+	uint64_t user_data;
+	int32_t res;   /* 0 or -errno */
+	uint32_t kind; /* enum xfer_op_kind */
+};
+
+typedef void (*xfer_complete_fn)(void *ctx, const struct xfer_cqe *cqe);
+
+enum xfer_op_kind {
+	XFER_OP_SEND = 1,
+	XFER_OP_WRITE = 2,
+	XFER_OP_PAGED = 3,
+	XFER_OP_IMM = 4,    /* immediate-only write to a peer */
+	XFER_OP_EXPECT = 5, /* an immediate counter reached its target */
+};
+
+#define XFER_F_IMM (1u << 0) /* the write carries `imm` */
+
+struct xfer_completion {
+	uint64_t user_data;
+	xfer_complete_fn cb; /* NULL: deliver to the completion queue */
+	void *cb_ctx;
+	uint64_t timeout_ms; /* 0: engine default */
+};
+
+/* SEND of len <= msg_max bytes; the peer receives it in a bouncing buffer. */
+int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
+	      const struct xfer_completion *c);
+
+struct xfer_write {
+	xfer_mr_t *src;
+	uint64_t src_off;
+	const xfer_rmr_t *dst;
+	uint64_t dst_off;
+	uint64_t len; /* 0 is allowed: an immediate-only write into dst */
+	uint32_t imm;
+	uint32_t flags; /* XFER_F_IMM */
+};
+int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_completion *c);
+
+/* Page i is copied from src_base + src_pages[i]*src_stride to
+ * dst_base + dst_pages[i]*dst_stride, page_len bytes; with XFER_F_IMM every
+ * page delivers `imm` once, so the receiver expects npages. */
+struct xfer_paged_write {
+	xfer_mr_t *src;
+	const xfer_rmr_t *dst;
+	uint64_t page_len;
+	const uint32_t *src_pages;
+	uint64_t src_stride;
+	uint64_t src_base;
+	const uint32_t *dst_pages;
+	uint64_t dst_stride;
+	uint64_t dst_base;
+	uint32_t npages;
+	uint32_t imm;
+	uint32_t flags;
+};
+int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
+		     const struct xfer_completion *c);
+
+/* Delivers `imm` once to the peer with no data (a zero-length write into a
+ * region every engine keeps for the purpose). */
+int xfer_write_imm(xfer_engine_t *e, xfer_peer_t peer, uint32_t imm,
+		   const struct xfer_completion *c);
+
+/* -------------------------------------------------------- immediate counters */
+
+/* Completes (kind XFER_OP_EXPECT) once `imm` has arrived `count` times in
+ * total, counting arrivals from before this call; those `count` arrivals are
+ * consumed, later ones count toward the next expectation. Completes with
+ * -ETIMEDOUT if the deadline passes first. -EBUSY if `imm` is already armed. */
+int xfer_expect_imm(xfer_engine_t *e, uint32_t imm, uint32_t count,
+		    const struct xfer_completion *c);
+/* Drops the expectation (if any, it completes with -ECANCELED) and returns, in
+ * *arrived, how many times `imm` has arrived and not been consumed; those
+ * arrivals are forgotten. */
+int xfer_imm_disarm(xfer_engine_t *e, uint32_t imm, uint32_t *arrived);
+
+/* ------------------------------------------------------------- completions */
+
+/* Non-blocking: copies up to max entries; returns how many. */
+int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max);
+/* Waits until at least one entry or timeout_ms passes (-ETIMEDOUT). */
+int xfer_cq_wait(xfer_engine_t *e, struct xfer_cqe *cqes, int max, uint64_t timeout_ms);
+
+/* ----------------------------------------------------------------- receives */
+
+struct xfer_msg_info {
+	uint64_t src_id; /* engine id of the sender */
+	size_t len;      /* full message length; only min(len, cap) bytes copied */
+};
+/* Takes one received message (when no on_recv handler is set): copies it into
+ * buf and returns its buffer to the provider. Returns 1, or 0 if none waits. */
+int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info);
+/* As xfer_recv but waits up to timeout_ms (-ETIMEDOUT). */
+int xfer_recv_wait(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info,
+		   uint64_t timeout_ms);
+
+/* -------------------------------------------------------------- statistics */
+
+struct xfer_stats {
+	uint64_t ops_submitted;
+	uint64_t ops_completed;
+	uint64_t ops_failed;
+	uint64_t wrs_posted;
+	uint64_t bytes_written;
+	uint64_t imms_received;
+	uint64_t imms_dropped; /* arrivals lost because imm_slots were all in use */
+	uint64_t msgs_received;
+	uint64_t worker_sleeps;
+};
+void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+/* The transport interface. A backend drives one NIC (a libfabric domain today;
+ * a raw ibverbs device or a same-host GPU path later). Every slot of the ops
+ * table is filled: what a backend cannot do points at a stub returning
+ * -EOPNOTSUPP, so the core never tests for NULL. All calls but discovery and
+ * open happen on the NIC's worker thread only. */
+#ifndef XFER_BACKEND_H
+#define XFER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct xfer_nic;
+
+/* Storage the backend may use per posted request (libfabric's fi_context2). */
+#define NIC_CTX_BYTES 64
+
+enum nic_event_type {
+	NIC_EV_TX,           /* a send or write we posted finished */
+	NIC_EV_RECV,         /* a posted receive was filled */
+	NIC_EV_REMOTE_WRITE, /* a peer's write with immediate landed here */
+};
+
+struct nic_event {
+	enum nic_event_type type;
+	int status; /* 0 or -errno */
+	void *ctx;  /* what was passed when posting; NULL for REMOTE_WRITE */
+	size_t len; /* bytes received, for NIC_EV_RECV */
+	uint32_t imm;
+};
+
+struct nic_mr {
+	void *handle;
+	void *desc;    /* local descriptor to pass when posting from this region */
+	uint64_t key;  /* remote key */
+	uint64_t base; /* what the peer adds offsets to */
+};
+
+struct nic_write {
+	uint64_t dest;
+	const void *buf;
+	size_t len;
+	void *desc;
+	uint64_t raddr;
+	uint64_t rkey;
+	int has_imm;
+	uint32_t imm;
+};
+
+struct backend_ops {
+	const char *name;
+	/* Opens the idx-th NIC that matches; -ENODEV when there is none. */
+	int (*open)(struct xfer_nic *nic, const char *provider, const char *domain);
+	void (*close)(struct xfer_nic *nic);
+	int (*mr_reg)(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, struct nic_mr *out);
+	void (*mr_dereg)(struct xfer_nic *nic, struct nic_mr *mr);
+	int (*av_insert)(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest);
+	int (*av_remove)(struct xfer_nic *nic, uint64_t dest);
+	int (*post_send)(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
+			 void *ctx);
+	int (*post_recv)(struct xfer_nic *nic, void *buf, size_t len, void *desc, void *ctx);
+	int (*post_write)(struct xfer_nic *nic, const struct nic_write *w, void *ctx);
+	int (*poll)(struct xfer_nic *nic, struct nic_event *ev, int max);
+	/* A file descriptor that becomes readable when the NIC has work, or -1. */
+	int (*wait_fd)(struct xfer_nic *nic);
+	/* 0 when it is safe to sleep on wait_fd, -EAGAIN when events are pending. */
+	int (*trywait)(struct xfer_nic *nic);
+};
+
+struct xfer_nic {
+	const struct backend_ops *ops;
+	void *priv;
+	unsigned index;
+	char provider[32];
+	char domain[64];
+	uint8_t addr[256];
+	size_t addrlen;
+	uint32_t tx_size;   /* requests the NIC accepts at once */
+	uint32_t rx_size;
+	uint64_t max_msg;   /* largest single transfer */
+	uint32_t key_bits;  /* width of application-chosen keys; 0 if the provider picks */
+	const char *hmem;   /* how GPU memory would travel: "native" or "staged" */
+};
+
+/* Fills every NULL slot of ops with a stub that fails with -EOPNOTSUPP. */
+void backend_fill_stubs(struct backend_ops *ops);
+
+extern struct backend_ops ofi_backend_ops;
+
+#endif

@@ -1,0 +1,20 @@
+#ifndef XFER_LOG_H
+#define XFER_LOG_H
+
+enum { XFER_LOG_ERROR, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };
+
+extern int xfer_log_level;
+
+void xfer_log_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define xlog(level, ...)                                                                    \
+	do {                                                                                \
+		if ((level) <= xfer_log_level)                                              \
+			xfer_log_emit((level), __VA_ARGS__);                                \
+	} while (0)
+#define xerr(...) xlog(XFER_LOG_ERROR, __VA_ARGS__)
+#define xwarn(...) xlog(XFER_LOG_WARN, __VA_ARGS__)
+#define xinfo(...) xlog(XFER_LOG_INFO, __VA_ARGS__)
+#define xdbg(...) xlog(XFER_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,162 @@
+/* Memory regions: local registration on every NIC, the remote descriptor, and
+ * import of a peer's descriptor. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+
+int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
+{
+	for (unsigned n = 0; n < e->nnics; n++) {
+		/* A fresh key per registration, never reused within this engine, so a
+		 * descriptor of a region that was deregistered cannot reach its successor. */
+		uint64_t key = 0;
+		if (e->nics[n].key_bits) {
+			key = atomic_fetch_add(&e->next_key, 1);
+			if (e->nics[n].key_bits < 64)
+				key &= (1ull << e->nics[n].key_bits) - 1;
+		}
+		int ret = e->ops.mr_reg(&e->nics[n], mr->buf, mr->len, key, &mr->nic[n]);
+		if (ret) {
+			while (n-- > 0)
+				e->ops.mr_dereg(&e->nics[n], &mr->nic[n]);
+			return ret;
+		}
+	}
+	mr->registered = true;
+	return 0;
+}
+
+void mr_release_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
+{
+	if (!mr->registered)
+		return;
+	for (unsigned n = 0; n < e->nnics; n++)
+		e->ops.mr_dereg(&e->nics[n], &mr->nic[n]);
+	mr->registered = false;
+}
+
+static void list_add(xfer_engine_t *e, xfer_mr_t *mr)
+{
+	xfer_mr_t *head = &e->user_mrs;
+	if (!head->next)
+		head->next = head->prev = head;
+	mr->next = head;
+	mr->prev = head->prev;
+	head->prev->next = mr;
+	head->prev = mr;
+}
+
+static void list_del(xfer_mr_t *mr)
+{
+	if (!mr->next)
+		return;
+	mr->prev->next = mr->next;
+	mr->next->prev = mr->prev;
+	mr->next = mr->prev = NULL;
+}
+
+/* After the worker exited: unregister every user region (the structs stay
+ * until xfer_mr_dereg or destroy). */
+void mr_release_all(xfer_engine_t *e)
+{
+	xfer_mr_t *head = &e->user_mrs;
+	pthread_mutex_lock(&e->ctl_lock);
+	for (xfer_mr_t *mr = head->next; mr && mr != head; mr = mr->next)
+		mr_release_on_nics(e, mr);
+	pthread_mutex_unlock(&e->ctl_lock);
+}
+
+void mr_free_all(xfer_engine_t *e)
+{
+	xfer_mr_t *head = &e->user_mrs;
+	while (head->next && head->next != head) {
+		xfer_mr_t *mr = head->next;
+		list_del(mr);
+		free(mr);
+	}
+}
+
+static int reg_on_worker(xfer_engine_t *e, void *arg)
+{
+	xfer_mr_t *mr = arg;
+	int ret = mr_register_on_nics(e, mr);
+	if (!ret)
+		list_add(e, mr);
+	return ret;
+}
+
+static int dereg_on_worker(xfer_engine_t *e, void *arg)
+{
+	xfer_mr_t *mr = arg;
+	if (atomic_load_explicit(&mr->inflight, memory_order_acquire))
+		return -EBUSY;
+	mr_release_on_nics(e, mr);
+	list_del(mr);
+	return 0;
+}
+
+int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
+{
+	if (!e || !buf || !len || !out || (uintptr_t)buf > UINTPTR_MAX - len)
+		return -EINVAL;
+	for (unsigned n = 0; n < e->nnics; n++)
+		if (len > e->nics[n].max_msg && e->nics[n].max_msg < SIZE_MAX / 2)
+			xdbg("region of %zu bytes exceeds one transfer on %s", len, e->nics[n].domain);
+	xfer_mr_t *mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->e = e;
+	mr->buf = buf;
+	mr->len = len;
+	int ret = engine_call(e, reg_on_worker, mr);
+	if (ret) {
+		free(mr);
+		return ret;
+	}
+	*out = mr;
+	return 0;
+}
+
+int xfer_mr_dereg(xfer_mr_t *mr)
+{
+	if (!mr)
+		return -EINVAL;
+	xfer_engine_t *e = mr->e;
+	int ret = engine_call(e, dereg_on_worker, mr);
+	if (ret == -ESHUTDOWN) {
+		/* Stopped: the registration is gone already; only the struct remains. */
+		pthread_mutex_lock(&e->ctl_lock);
+		list_del(mr);
+		pthread_mutex_unlock(&e->ctl_lock);
+		ret = 0;
+	}
+	if (!ret)
+		free(mr);
+	return ret;
+}
+
+int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need)
+{
+	const xfer_engine_t *e = mr->e;
+	struct wire_desc d = {.engine_id = e->id, .len = mr->len, .nnics = (uint8_t)e->nnics};
+	if (!mr->registered)
+		return -ESHUTDOWN;
+	for (unsigned n = 0; n < e->nnics; n++) {
+		d.nic[n].base = mr->nic[n].base;
+		d.nic[n].key = mr->nic[n].key;
+	}
+	return wire_desc_encode(&d, buf, cap, need);
+}
+
+void *xfer_mr_addr(const xfer_mr_t *mr)
+{
+	return mr->buf;
+}
+
+size_t xfer_mr_len(const xfer_mr_t *mr)
+{
+	return mr->len;
+}

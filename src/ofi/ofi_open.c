@@ -1,0 +1,240 @@
+/* Finding and opening one libfabric NIC: an RDM endpoint with MSG and RMA and
+ * remote CQ data, whatever mr_mode the provider insists on. Nothing here is
+ * specific to one provider: behaviour follows the bits the provider returns. */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_errno.h>
+
+#include "../backend.h"
+#include "../log.h"
+#include "ofi_nic.h"
+#include "xfer.h"
+
+int ofi_errno(int ret)
+{
+	if (ret >= 0)
+		return ret;
+	int e = -ret;
+	if (e < 256)
+		return ret;
+	switch (e) {
+	case FI_ETRUNC:
+		return -EMSGSIZE;
+	case FI_ENOKEY:
+	case FI_EKEYREJECTED:
+		return -EACCES;
+	case FI_ETOOSMALL:
+		return -ENOSPC;
+	case FI_EOPBADSTATE:
+		return -EBADFD;
+	case FI_ENOCQ:
+	case FI_ENOEQ:
+	case FI_ENOAV:
+		return -ENXIO;
+	default:
+		return -XFER_EFABRIC;
+	}
+}
+
+static const char *expand_provider(const char *p)
+{
+	if (!strcmp(p, "tcp"))
+		return "tcp;ofi_rxm";
+	if (!strcmp(p, "verbs"))
+		return "verbs;ofi_rxm";
+	return p;
+}
+
+static struct fi_info *make_hints(const char *prov, uint64_t op_flags)
+{
+	struct fi_info *h = fi_allocinfo();
+	if (!h)
+		return NULL;
+	h->caps = FI_MSG | FI_RMA;
+	h->ep_attr->type = FI_EP_RDM;
+	/* We can supply a context per request, so providers that need one work. */
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	h->domain_attr->mr_mode =
+		FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->tx_attr->op_flags = op_flags;
+	h->fabric_attr->prov_name = strdup(prov);
+	return h;
+}
+
+/* Returns the matching fi_info list for one provider, trying delivery-complete
+ * first: with it a remote write the target rejects is reported to us. */
+static struct fi_info *query(const char *prov)
+{
+	static const uint64_t tries[] = {FI_DELIVERY_COMPLETE, 0};
+	for (size_t t = 0; t < sizeof(tries) / sizeof(tries[0]); t++) {
+		struct fi_info *h = make_hints(prov, tries[t]), *list = NULL;
+		if (!h)
+			return NULL;
+		int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &list);
+		fi_freeinfo(h);
+		if (ret == 0 && list)
+			return list;
+	}
+	return NULL;
+}
+
+static struct fi_info *pick(const char *provider, const char *domain, struct fi_info **list_out)
+{
+	static const char *auto_order[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
+	const char *names[3];
+	size_t nnames = 0;
+	if (!provider || !*provider || !strcmp(provider, "auto")) {
+		for (size_t i = 0; i < 3; i++)
+			names[nnames++] = auto_order[i];
+	} else {
+		names[nnames++] = expand_provider(provider);
+	}
+	for (size_t i = 0; i < nnames; i++) {
+		struct fi_info *list = query(names[i]);
+		for (struct fi_info *fi = list; fi; fi = fi->next) {
+			if (fi->domain_attr->cq_data_size < 4)
+				continue;
+			/* The provider list holds layered names; an exact match keeps
+			 * "tcp;ofi_rxm" from picking a bare "tcp" msg endpoint. */
+			if (strcmp(fi->fabric_attr->prov_name, names[i]) != 0)
+				continue;
+			if (domain && strcmp(fi->domain_attr->name, domain) != 0)
+				continue;
+			*list_out = list;
+			return fi;
+		}
+		fi_freeinfo(list);
+	}
+	return NULL;
+}
+
+static void ofi_close(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	if (!o)
+		return;
+	if (o->ep)
+		fi_close(&o->ep->fid);
+	if (o->av)
+		fi_close(&o->av->fid);
+	if (o->cq)
+		fi_close(&o->cq->fid);
+	if (o->domain)
+		fi_close(&o->domain->fid);
+	if (o->fabric)
+		fi_close(&o->fabric->fid);
+	if (o->info)
+		fi_freeinfo(o->info);
+	free(o);
+	nic->priv = NULL;
+}
+
+static int open_cq(struct ofi_nic *o, size_t size)
+{
+	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .size = size, .wait_obj = FI_WAIT_FD};
+	o->wait_fd = -1;
+	if (fi_cq_open(o->domain, &attr, &o->cq, NULL) == 0) {
+		if (fi_control(&o->cq->fid, FI_GETWAIT, &o->wait_fd) == 0)
+			return 0;
+		fi_close(&o->cq->fid);
+		o->wait_fd = -1;
+	}
+	/* No wait object: the worker dozes with a short timeout instead. */
+	attr.wait_obj = FI_WAIT_NONE;
+	return fi_cq_open(o->domain, &attr, &o->cq, NULL);
+}
+
+static int ofi_open(struct xfer_nic *nic, const char *provider, const char *domain)
+{
+	struct fi_info *list = NULL, *fi = pick(provider, domain, &list);
+	if (!fi)
+		return domain ? -ENODEV : -XFER_ENOPROV;
+	struct ofi_nic *o = calloc(1, sizeof(*o));
+	if (!o) {
+		fi_freeinfo(list);
+		return -ENOMEM;
+	}
+	nic->priv = o;
+	o->info = fi_dupinfo(fi);
+	fi_freeinfo(list);
+	if (!o->info)
+		goto nomem;
+	fi = o->info;
+	o->mr_mode = fi->domain_attr->mr_mode;
+
+	int ret = fi_fabric(fi->fabric_attr, &o->fabric, NULL);
+	if (!ret)
+		ret = fi_domain(o->fabric, fi, &o->domain, NULL);
+	if (!ret)
+		ret = open_cq(o, fi->tx_attr->size + fi->rx_attr->size + 64);
+	if (!ret) {
+		struct fi_av_attr av = {.type = FI_AV_TABLE};
+		ret = fi_av_open(o->domain, &av, &o->av, NULL);
+	}
+	if (!ret)
+		ret = fi_endpoint(o->domain, fi, &o->ep, NULL);
+	if (!ret)
+		ret = fi_ep_bind(o->ep, &o->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!ret)
+		ret = fi_ep_bind(o->ep, &o->av->fid, 0);
+	if (!ret)
+		ret = fi_enable(o->ep);
+	if (!ret) {
+		nic->addrlen = sizeof(nic->addr);
+		ret = fi_getname(&o->ep->fid, nic->addr, &nic->addrlen);
+	}
+	if (ret) {
+		xerr("opening %s on %s failed: %s", fi->fabric_attr->prov_name,
+		     fi->domain_attr->name, fi_strerror(-ret));
+		ofi_close(nic);
+		return ofi_errno(ret);
+	}
+	snprintf(nic->provider, sizeof(nic->provider), "%s", fi->fabric_attr->prov_name);
+	snprintf(nic->domain, sizeof(nic->domain), "%s", fi->domain_attr->name);
+	nic->tx_size = (uint32_t)(fi->tx_attr->size > 65536 ? 65536 : fi->tx_attr->size);
+	nic->rx_size = (uint32_t)(fi->rx_attr->size > 65536 ? 65536 : fi->rx_attr->size);
+	nic->max_msg = fi->ep_attr->max_msg_size;
+	nic->key_bits = (o->mr_mode & FI_MR_PROV_KEY) ? 0 : (uint32_t)(fi->domain_attr->mr_key_size * 8);
+	nic->hmem = (fi->caps & FI_HMEM) ? "native" : "staged";
+	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d", nic->index, nic->provider,
+	      nic->domain, (unsigned long long)o->mr_mode, nic->tx_size, nic->rx_size, o->wait_fd);
+	return 0;
+nomem:
+	ofi_close(nic);
+	return -ENOMEM;
+}
+
+/* Defined in ofi_ops.c. */
+int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, struct nic_mr *out);
+void ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr);
+int ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest);
+int ofi_av_remove(struct xfer_nic *nic, uint64_t dest);
+int ofi_post_send(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
+		  void *ctx);
+int ofi_post_recv(struct xfer_nic *nic, void *buf, size_t len, void *desc, void *ctx);
+int ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx);
+int ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max);
+int ofi_wait_fd(struct xfer_nic *nic);
+int ofi_trywait(struct xfer_nic *nic);
+
+struct backend_ops ofi_backend_ops = {
+	.name = "ofi",
+	.open = ofi_open,
+	.close = ofi_close,
+	.mr_reg = ofi_mr_reg,
+	.mr_dereg = ofi_mr_dereg,
+	.av_insert = ofi_av_insert,
+	.av_remove = ofi_av_remove,
+	.post_send = ofi_post_send,
+	.post_recv = ofi_post_recv,
+	.post_write = ofi_post_write,
+	.poll = ofi_poll,
+	.wait_fd = ofi_wait_fd,
+	.trywait = ofi_trywait,
+};

@@ -1,0 +1,154 @@
+/* The libfabric data path: posting, polling and registration for one NIC.
+ * Runs on the NIC's worker thread only (FI_THREAD_DOMAIN). */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "../backend.h"
+#include "../log.h"
+#include "ofi_nic.h"
+
+int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, struct nic_mr *out)
+{
+	struct ofi_nic *o = nic->priv;
+	struct fid_mr *mr = NULL;
+	uint64_t access = FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ;
+	int ret = fi_mr_reg(o->domain, buf, len, access, 0, key, 0, &mr, NULL);
+	if (ret)
+		return ofi_errno(ret);
+	if (o->mr_mode & FI_MR_ENDPOINT) {
+		ret = fi_mr_bind(mr, &o->ep->fid, 0);
+		if (!ret)
+			ret = fi_mr_enable(mr);
+		if (ret) {
+			fi_close(&mr->fid);
+			return ofi_errno(ret);
+		}
+	}
+	out->handle = mr;
+	out->desc = fi_mr_desc(mr);
+	out->key = fi_mr_key(mr);
+	out->base = (o->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
+	return 0;
+}
+
+void ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr)
+{
+	(void)nic;
+	if (mr->handle)
+		fi_close(&((struct fid_mr *)mr->handle)->fid);
+	mr->handle = NULL;
+}
+
+int ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest)
+{
+	struct ofi_nic *o = nic->priv;
+	fi_addr_t fa = FI_ADDR_NOTAVAIL;
+	(void)len;
+	int ret = fi_av_insert(o->av, addr, 1, &fa, 0, NULL);
+	if (ret != 1)
+		return ret < 0 ? ofi_errno(ret) : -EINVAL;
+	*dest = fa;
+	return 0;
+}
+
+int ofi_av_remove(struct xfer_nic *nic, uint64_t dest)
+{
+	struct ofi_nic *o = nic->priv;
+	fi_addr_t fa = dest;
+	return ofi_errno(fi_av_remove(o->av, &fa, 1, 0));
+}
+
+int ofi_post_send(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
+		  void *ctx)
+{
+	struct ofi_nic *o = nic->priv;
+	return ofi_errno((int)fi_send(o->ep, buf, len, desc, dest, ctx));
+}
+
+int ofi_post_recv(struct xfer_nic *nic, void *buf, size_t len, void *desc, void *ctx)
+{
+	struct ofi_nic *o = nic->priv;
+	return ofi_errno((int)fi_recv(o->ep, buf, len, desc, FI_ADDR_UNSPEC, ctx));
+}
+
+int ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx)
+{
+	struct ofi_nic *o = nic->priv;
+	ssize_t ret;
+	if (w->has_imm)
+		ret = fi_writedata(o->ep, w->buf, w->len, w->desc, w->imm, w->dest, w->raddr, w->rkey,
+				   ctx);
+	else
+		ret = fi_write(o->ep, w->buf, w->len, w->desc, w->dest, w->raddr, w->rkey, ctx);
+	return ofi_errno((int)ret);
+}
+
+static void translate(const struct fi_cq_data_entry *c, struct nic_event *ev)
+{
+	memset(ev, 0, sizeof(*ev));
+	if ((c->flags & FI_REMOTE_WRITE) || (c->flags & FI_REMOTE_CQ_DATA && !(c->flags & FI_RECV))) {
+		ev->type = NIC_EV_REMOTE_WRITE;
+		ev->imm = (uint32_t)c->data;
+	} else if (c->flags & FI_RECV) {
+		ev->type = NIC_EV_RECV;
+		ev->ctx = c->op_context;
+		ev->len = c->len;
+	} else {
+		ev->type = NIC_EV_TX;
+		ev->ctx = c->op_context;
+	}
+}
+
+int ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
+{
+	struct ofi_nic *o = nic->priv;
+	struct fi_cq_data_entry c[32];
+	if (max > 32)
+		max = 32;
+	ssize_t n = fi_cq_read(o->cq, c, (size_t)max);
+	if (n > 0) {
+		for (ssize_t i = 0; i < n; i++)
+			translate(&c[i], &ev[i]);
+		return (int)n;
+	}
+	if (n == -FI_EAGAIN)
+		return 0;
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = {0};
+		if (fi_cq_readerr(o->cq, &err, 0) != 1)
+			return 0;
+		memset(ev, 0, sizeof(*ev));
+		ev->type = (err.flags & FI_RECV) ? NIC_EV_RECV : NIC_EV_TX;
+		ev->ctx = err.op_context;
+		ev->status = ofi_errno(-err.err);
+		if (ev->status == 0)
+			ev->status = -EIO;
+		xdbg("completion error on %s: %s (prov %d)", nic->domain, fi_strerror(err.err),
+		     err.prov_errno);
+		/* A remote write that failed at the target has no context of ours. */
+		return ev->ctx ? 1 : 0;
+	}
+	return ofi_errno((int)n);
+}
+
+int ofi_wait_fd(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	return o->wait_fd;
+}
+
+int ofi_trywait(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	struct fid *f = &o->cq->fid;
+	if (o->wait_fd < 0)
+		return 0;
+	int ret = fi_trywait(o->fabric, &f, 1);
+	return ret == 0 ? 0 : -EAGAIN;
+}

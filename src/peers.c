@@ -1,0 +1,129 @@
+/* Peers: parsing a peer's address, entering it in every NIC's address vector,
+ * and importing descriptors of its regions. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+
+struct peer_add_args {
+	const struct wire_addr *a;
+	uint32_t index;
+};
+
+static int add_on_worker(xfer_engine_t *e, void *arg)
+{
+	struct peer_add_args *pa = arg;
+	const struct wire_addr *a = pa->a;
+	uint32_t i;
+	for (i = 0; i < e->max_peers; i++)
+		if (atomic_load(&e->peers[i].state) == PEER_FREE)
+			break;
+	if (i == e->max_peers)
+		return -ENOSPC;
+	struct peer *p = &e->peers[i];
+	/* With different NIC counts, local NIC n talks to remote NIC n mod theirs. */
+	for (unsigned n = 0; n < e->nnics; n++) {
+		unsigned rn = n % a->nnics;
+		int ret = e->ops.av_insert(&e->nics[n], a->nic[rn].bytes, a->nic[rn].len, &p->dest[n]);
+		if (ret) {
+			while (n-- > 0)
+				e->ops.av_remove(&e->nics[n], p->dest[n]);
+			return ret;
+		}
+		p->sink[n].base = a->nic[rn].sink_base;
+		p->sink[n].key = a->nic[rn].sink_key;
+	}
+	p->engine_id = a->engine_id;
+	p->nnics = a->nnics;
+	atomic_store(&p->inflight, 0);
+	atomic_store(&p->state, PEER_LIVE);
+	pa->index = i;
+	return 0;
+}
+
+int xfer_peer_add(xfer_engine_t *e, const void *addr, size_t len, xfer_peer_t *out)
+{
+	struct wire_addr a;
+	if (!e || !out)
+		return -EINVAL;
+	int ret = wire_addr_decode(addr, len, &a);
+	if (ret)
+		return ret;
+	if (strcmp(a.provider, xfer_engine_provider(e)) != 0)
+		return -XFER_EPROVIDER;
+	struct peer_add_args pa = {.a = &a};
+	ret = engine_call(e, add_on_worker, &pa);
+	if (ret)
+		return ret;
+	*out = pa.index;
+	return 0;
+}
+
+static int remove_on_worker(xfer_engine_t *e, void *arg)
+{
+	struct peer *p = &e->peers[*(xfer_peer_t *)arg];
+	if (atomic_load(&p->state) != PEER_LIVE)
+		return -ENOENT;
+	if (atomic_load(&p->inflight))
+		return -EBUSY;
+	for (unsigned n = 0; n < e->nnics; n++)
+		e->ops.av_remove(&e->nics[n], p->dest[n]);
+	atomic_store(&p->state, PEER_FREE);
+	return 0;
+}
+
+int xfer_peer_remove(xfer_engine_t *e, xfer_peer_t peer)
+{
+	if (!e || peer >= e->max_peers)
+		return -EINVAL;
+	return engine_call(e, remove_on_worker, &peer);
+}
+
+uint64_t xfer_peer_id(const xfer_engine_t *e, xfer_peer_t peer)
+{
+	if (!e || peer >= e->max_peers)
+		return 0;
+	struct peer *p = &e->peers[peer];
+	return atomic_load(&p->state) == PEER_LIVE ? p->engine_id : 0;
+}
+
+int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t len,
+		    xfer_rmr_t **out)
+{
+	struct wire_desc d;
+	if (!e || !out)
+		return -EINVAL;
+	uint64_t owner = xfer_peer_id(e, peer);
+	if (!owner)
+		return -ENOENT;
+	int ret = wire_desc_decode(desc, len, &d);
+	if (ret)
+		return ret;
+	if (d.engine_id != owner)
+		return -XFER_EFOREIGN;
+	if (d.nnics != e->peers[peer].nnics)
+		return -XFER_EBADWIRE;
+	xfer_rmr_t *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->e = e;
+	r->peer = peer;
+	r->engine_id = d.engine_id;
+	r->len = d.len;
+	r->nnics = d.nnics;
+	memcpy(r->nic, d.nic, sizeof(r->nic));
+	*out = r;
+	return 0;
+}
+
+void xfer_rmr_free(xfer_rmr_t *rmr)
+{
+	free(rmr);
+}
+
+size_t xfer_rmr_len(const xfer_rmr_t *rmr)
+{
+	return rmr->len;
+}

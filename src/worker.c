@@ -1,0 +1,548 @@
+/* The worker thread: takes submissions, posts them to its NICs as credits
+ * allow, polls completions and delivers results. Everything it needs is
+ * preallocated in worker_setup_buffers; the loop never allocates or locks. */
+
+#include "worker.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define SCAN_INTERVAL_NS 1000000ull
+#define POLL_BATCH 32
+
+static inline uint64_t relaxed_inc(atomic_uint_fast64_t *c, uint64_t by)
+{
+	return atomic_fetch_add_explicit(c, by, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ completions */
+
+void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t user_data, int res,
+		    uint32_t kind)
+{
+	xfer_engine_t *e = w->e;
+	struct xfer_cqe c = {.user_data = user_data, .res = res, .kind = kind};
+	relaxed_inc(&e->st.ops_completed, 1);
+	if (res < 0)
+		relaxed_inc(&e->st.ops_failed, 1);
+	if (cb) {
+		cb(ctx, &c);
+		return;
+	}
+	if (w->ov_count == 0 && mpmc_push(&e->cq, &c)) {
+		w->cq_pushed = true;
+		return;
+	}
+	/* The application is not reaping; hold the entry. New submissions are not
+	 * taken while anything waits here, which bounds the overflow. */
+	if (w->ov_count == w->ov_cap) {
+		xerr("completion overflow full; dropping completion of %llu", (unsigned long long)user_data);
+		return;
+	}
+	w->overflow[(w->ov_head + w->ov_count) % w->ov_cap] = c;
+	w->ov_count++;
+}
+
+static int flush_overflow(struct worker *w)
+{
+	int n = 0;
+	while (w->ov_count && mpmc_push(&w->e->cq, &w->overflow[w->ov_head])) {
+		w->ov_head = (w->ov_head + 1) % w->ov_cap;
+		w->ov_count--;
+		n++;
+	}
+	if (n)
+		w->cq_pushed = true;
+	return n;
+}
+
+void worker_flush_overflow(struct worker *w)
+{
+	flush_overflow(w);
+	if (w->cq_pushed) {
+		atomic_fetch_add(&w->e->cq_seq, 1);
+		futex_wake_all(&w->e->cq_seq);
+		w->cq_pushed = false;
+	}
+}
+
+/* -------------------------------------------------------------- operations */
+
+static void live_unlink(struct worker *w, struct op *op)
+{
+	if (!op->live)
+		return;
+	op->prev_live->next_live = op->next_live;
+	op->next_live->prev_live = op->prev_live;
+	op->live = false;
+	w->nlive--;
+}
+
+static void release_refs(xfer_engine_t *e, const struct sub *s)
+{
+	xfer_mr_t *mr = NULL;
+	if (s->kind == SUB_WRITE)
+		mr = s->u.write.src;
+	else if (s->kind == SUB_PAGED)
+		mr = s->u.paged.src;
+	if (mr)
+		atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_release);
+	if (s->peer != XFER_PEER_NONE)
+		atomic_fetch_sub_explicit(&e->peers[s->peer].inflight, 1, memory_order_release);
+}
+
+/* The last request of op is done: release what it held and tell the user,
+ * unless a deadline already did. */
+static void op_finish(struct worker *w, struct op *op)
+{
+	live_unlink(w, op);
+	if (op->s.kind == SUB_SEND && op->send_buf != UINT32_MAX)
+		w->free_send[w->nfree_send++] = op->send_buf;
+	release_refs(w->e, &op->s);
+	if (!op->user_done)
+		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, op->status, op->s.kind);
+	op->next_post = w->free_ops;
+	w->free_ops = op;
+}
+
+static void op_maybe_finish(struct worker *w, struct op *op)
+{
+	/* An op still in the posting FIFO is finished by post_pending instead,
+	 * so that the FIFO never holds a freed op. */
+	if (!op->queued && op->posted == op->total && op->done == op->posted)
+		op_finish(w, op);
+}
+
+/* Stops posting the rest of op; what is posted still completes normally. */
+static void op_fail(struct op *op, int status)
+{
+	if (op->status == 0)
+		op->status = status;
+	op->total = op->posted;
+}
+
+static struct wr *wr_get(struct worker *w)
+{
+	struct wr *wr = w->free_wrs;
+	if (wr)
+		w->free_wrs = wr->next_free;
+	return wr;
+}
+
+static void wr_put(struct worker *w, struct wr *wr)
+{
+	wr->next_free = w->free_wrs;
+	w->free_wrs = wr;
+}
+
+static int post_one(struct worker *w, struct op *op, struct wr *wr, unsigned n)
+{
+	xfer_engine_t *e = w->e;
+	struct xfer_nic *nic = &e->nics[n];
+	const struct sub *s = &op->s;
+	const struct peer *p = &e->peers[s->peer];
+	struct nic_write nw = {.dest = p->dest[n]};
+
+	switch (s->kind) {
+	case SUB_SEND: {
+		if (op->send_buf == UINT32_MAX) {
+			if (!w->nfree_send)
+				return -EAGAIN;
+			op->send_buf = w->free_send[--w->nfree_send];
+			uint8_t *b = e->send_bufs + (size_t)op->send_buf * e->slot_bytes;
+			uint32_t hdr[4] = {MSG_MAGIC, s->u.send.len, (uint32_t)e->id,
+					   (uint32_t)(e->id >> 32)};
+			memcpy(b, hdr, MSG_HDR_BYTES);
+			if (s->u.send.len)
+				memcpy(b + MSG_HDR_BYTES, s->u.send.buf, s->u.send.len);
+		}
+		return e->ops.post_send(nic, nw.dest, e->send_bufs + (size_t)op->send_buf * e->slot_bytes,
+					MSG_HDR_BYTES + s->u.send.len, e->send_mr->nic[n].desc, wr);
+	}
+	case SUB_IMM:
+		nw.buf = e->sink->buf;
+		nw.desc = e->sink->nic[n].desc;
+		nw.raddr = p->sink[n].base;
+		nw.rkey = p->sink[n].key;
+		nw.has_imm = 1;
+		nw.imm = s->imm;
+		break;
+	case SUB_WRITE: {
+		const xfer_rmr_t *r = s->u.write.dst;
+		const struct wire_rkey *rk = &r->nic[n % r->nnics];
+		xfer_mr_t *src = s->u.write.src ? s->u.write.src : e->sink;
+		nw.buf = (uint8_t *)src->buf + s->u.write.src_off;
+		nw.len = s->u.write.len;
+		nw.desc = src->nic[n].desc;
+		nw.raddr = rk->base + s->u.write.dst_off;
+		nw.rkey = rk->key;
+		nw.has_imm = !!(s->flags & XFER_F_IMM);
+		nw.imm = s->imm;
+		break;
+	}
+	case SUB_PAGED: {
+		const struct xfer_paged_write *pw = &s->u.paged;
+		const xfer_rmr_t *r = pw->dst;
+		const struct wire_rkey *rk = &r->nic[n % r->nnics];
+		uint32_t i = op->posted;
+		/* Bounds were proven at submission; these cannot overflow. */
+		nw.buf = (uint8_t *)pw->src->buf + pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
+		nw.len = pw->page_len;
+		nw.desc = pw->src->nic[n].desc;
+		nw.raddr = rk->base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride;
+		nw.rkey = rk->key;
+		nw.has_imm = !!(s->flags & XFER_F_IMM);
+		nw.imm = s->imm;
+		break;
+	}
+	default:
+		return -EINVAL;
+	}
+	relaxed_inc(&e->st.bytes_written, nw.len);
+	return e->ops.post_write(nic, &nw, wr);
+}
+
+/* Posts as much of op as credits allow. -EAGAIN: stalled, try later. */
+static int op_post(struct worker *w, struct op *op)
+{
+	xfer_engine_t *e = w->e;
+	while (op->posted < op->total) {
+		unsigned n = (op->nic_base + op->posted) % e->nnics;
+		if (!w->credits[n])
+			return -EAGAIN;
+		struct wr *wr = wr_get(w);
+		if (!wr)
+			return -EAGAIN;
+		wr->op = op;
+		wr->nic = (uint8_t)n;
+		wr->kind = WR_OP;
+		int ret = post_one(w, op, wr, n);
+		if (ret == -EAGAIN) {
+			wr_put(w, wr);
+			return -EAGAIN;
+		}
+		if (ret < 0) {
+			wr_put(w, wr);
+			op_fail(op, ret);
+			break;
+		}
+		w->credits[n]--;
+		op->posted++;
+		relaxed_inc(&e->st.wrs_posted, 1);
+	}
+	return 0;
+}
+
+static int post_pending(struct worker *w)
+{
+	int n = 0;
+	while (w->post_head) {
+		struct op *op = w->post_head;
+		if (op_post(w, op) == -EAGAIN)
+			break;
+		w->post_head = op->next_post;
+		if (!w->post_head)
+			w->post_tail = NULL;
+		op->queued = false;
+		op_maybe_finish(w, op);
+		n++;
+	}
+	return n;
+}
+
+static void accept_op(struct worker *w, const struct sub *s)
+{
+	struct op *op = w->free_ops;
+	w->free_ops = op->next_post;
+	memset(op, 0, sizeof(*op));
+	op->s = *s;
+	op->send_buf = UINT32_MAX;
+	op->total = s->kind == SUB_PAGED ? s->u.paged.npages : 1;
+	op->nic_base = (uint8_t)(w->rr_nic++ % w->e->nnics);
+	/* Append to the live list (deadline scans) and the posting FIFO. */
+	op->live = true;
+	op->next_live = &w->live;
+	op->prev_live = w->live.prev_live;
+	w->live.prev_live->next_live = op;
+	w->live.prev_live = op;
+	w->nlive++;
+	op->queued = true;
+	if (w->post_tail)
+		w->post_tail->next_post = op;
+	else
+		w->post_head = op;
+	w->post_tail = op;
+}
+
+static void handle_sub(struct worker *w, const struct sub *s)
+{
+	switch (s->kind) {
+	case SUB_CALL:
+		s->u.call->result = s->u.call->fn(w->e, s->u.call->arg);
+		sem_post(&s->u.call->done);
+		break;
+	case SUB_EXPECT:
+		imm_arm(w, s);
+		break;
+	default:
+		accept_op(w, s);
+	}
+}
+
+static int take_submissions(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	int n = 0;
+	uint32_t slot;
+	struct sub s;
+	while (mpmc_pop(&e->repost, &slot)) {
+		struct wr *wr = &w->recv_wrs[slot];
+		e->ops.post_recv(&e->nics[wr->nic], e->recv_bufs + (size_t)slot * e->slot_bytes,
+				 e->slot_bytes, e->recv_mr->nic[wr->nic].desc, wr);
+		n++;
+	}
+	/* Take no more than can be held: a free op for every submission and an
+	 * empty overflow. */
+	while (n < 256 && w->free_ops && w->ov_count == 0 && mpmc_pop(&e->subq, &s)) {
+		handle_sub(w, &s);
+		n++;
+	}
+	return n;
+}
+
+/* ----------------------------------------------------------------- events */
+
+static void repost_recv(struct worker *w, struct wr *wr)
+{
+	xfer_engine_t *e = w->e;
+	e->ops.post_recv(&e->nics[wr->nic], e->recv_bufs + (size_t)wr->slot * e->slot_bytes,
+			 e->slot_bytes, e->recv_mr->nic[wr->nic].desc, wr);
+}
+
+static void on_recv(struct worker *w, struct wr *wr, const struct nic_event *ev)
+{
+	xfer_engine_t *e = w->e;
+	const uint8_t *b = e->recv_bufs + (size_t)wr->slot * e->slot_bytes;
+	uint32_t hdr[4];
+	if (ev->status < 0) {
+		if (!atomic_load_explicit(&e->stopping, memory_order_relaxed)) {
+			xwarn("receive failed on %s: %s", e->nics[wr->nic].domain, xfer_strerror(ev->status));
+			repost_recv(w, wr);
+		}
+		return;
+	}
+	memcpy(hdr, b, MSG_HDR_BYTES);
+	if (ev->len < MSG_HDR_BYTES || hdr[0] != MSG_MAGIC || hdr[1] > e->attr.msg_max ||
+	    (size_t)hdr[1] + MSG_HDR_BYTES != ev->len) {
+		xwarn("dropping malformed message of %zu bytes", ev->len);
+		repost_recv(w, wr);
+		return;
+	}
+	relaxed_inc(&e->st.msgs_received, 1);
+	if (e->attr.on_recv) {
+		uint64_t src = (uint64_t)hdr[2] | (uint64_t)hdr[3] << 32;
+		e->attr.on_recv(e->attr.on_recv_ctx, src, b + MSG_HDR_BYTES, hdr[1]);
+		repost_recv(w, wr);
+		return;
+	}
+	/* The inbox holds every slot, so this push cannot fail. */
+	mpmc_push(&e->inbox, &wr->slot);
+	w->inbox_pushed = true;
+}
+
+static void on_tx(struct worker *w, struct wr *wr, int status)
+{
+	struct op *op = wr->op;
+	w->credits[wr->nic]++;
+	wr_put(w, wr);
+	op->done++;
+	if (status < 0)
+		op_fail(op, status);
+	op_maybe_finish(w, op);
+}
+
+static int poll_nics(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	struct nic_event ev[POLL_BATCH];
+	int total = 0;
+	for (unsigned n = 0; n < e->nnics; n++) {
+		int got = e->ops.poll(&e->nics[n], ev, POLL_BATCH);
+		if (got < 0) {
+			xwarn("polling %s failed: %s", e->nics[n].domain, xfer_strerror(got));
+			continue;
+		}
+		for (int i = 0; i < got; i++) {
+			switch (ev[i].type) {
+			case NIC_EV_REMOTE_WRITE:
+				imm_arrived(w, ev[i].imm);
+				break;
+			case NIC_EV_RECV:
+				on_recv(w, ev[i].ctx, &ev[i]);
+				break;
+			case NIC_EV_TX: {
+				struct wr *wr = ev[i].ctx;
+				on_tx(w, wr, ev[i].status);
+				break;
+			}
+			}
+		}
+		total += got;
+	}
+	return total;
+}
+
+/* -------------------------------------------------------------- deadlines */
+
+static void expire_ops(struct worker *w, uint64_t now, uint64_t *next)
+{
+	for (struct op *op = w->live.next_live; op != &w->live; op = op->next_live) {
+		if (op->user_done)
+			continue;
+		if (op->s.deadline_ns > now) {
+			if (op->s.deadline_ns < *next)
+				*next = op->s.deadline_ns;
+			continue;
+		}
+		/* Tell the user now; requests already posted may still land, so the
+		 * op keeps its region and peer references until they drain. */
+		op->user_done = true;
+		op_fail(op, -ETIMEDOUT);
+		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, -ETIMEDOUT, op->s.kind);
+	}
+}
+
+static uint64_t scan_deadlines(struct worker *w, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	expire_ops(w, now, &next);
+	imm_expire(w, now, &next);
+	return next;
+}
+
+/* ------------------------------------------------------------------ loop */
+
+static void signal_app(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	if (w->cq_pushed) {
+		w->cq_pushed = false;
+		atomic_fetch_add_explicit(&e->cq_seq, 1, memory_order_release);
+		if (atomic_load(&e->cq_waiters))
+			futex_wake_all(&e->cq_seq);
+	}
+	if (w->inbox_pushed) {
+		w->inbox_pushed = false;
+		atomic_fetch_add_explicit(&e->inbox_seq, 1, memory_order_release);
+		if (atomic_load(&e->inbox_waiters))
+			futex_wake_all(&e->inbox_seq);
+	}
+}
+
+int worker_loop_once(struct worker *w, uint64_t now)
+{
+	int n = 0;
+	if (w->ov_count)
+		n += flush_overflow(w);
+	n += take_submissions(w);
+	n += post_pending(w);
+	n += poll_nics(w);
+	if (w->post_head)
+		n += post_pending(w);
+	if (now >= w->next_scan_ns) {
+		uint64_t next = scan_deadlines(w, now);
+		uint64_t soon = now + SCAN_INTERVAL_NS;
+		w->next_scan_ns = next < soon ? soon : next;
+		if (w->nlive || w->imm.armed)
+			w->next_scan_ns = soon;
+	}
+	signal_app(w);
+	return n;
+}
+
+/* Completes everything still pending with status, waiting a bounded time for
+ * posted requests to drain so that none can complete after we return. */
+void worker_quiesce(struct worker *w, int status)
+{
+	xfer_engine_t *e = w->e;
+	struct sub s;
+	while (mpmc_pop(&e->subq, &s)) {
+		if (s.kind == SUB_CALL) {
+			s.u.call->result = -ESHUTDOWN;
+			sem_post(&s.u.call->done);
+			continue;
+		}
+		release_refs(e, &s);
+		worker_deliver(w, s.cb, s.cb_ctx, s.user_data, status, s.kind);
+	}
+	for (struct op *op = w->post_head; op; op = op->next_post)
+		op_fail(op, status);
+	uint64_t give_up = now_ns() + 2000000000ull;
+	while (w->nlive && now_ns() < give_up) {
+		post_pending(w);
+		poll_nics(w);
+		flush_overflow(w);
+	}
+	/* Whatever is still posted is abandoned: the endpoints close next, after
+	 * which nothing can complete. */
+	while (w->live.next_live != &w->live) {
+		struct op *op = w->live.next_live;
+		op_fail(op, status);
+		op->done = op->posted;
+		op_finish(w, op);
+	}
+	w->post_head = w->post_tail = NULL;
+	imm_cancel_all(w, status);
+	signal_app(w);
+}
+
+/* ----------------------------------------------------------------- setup */
+
+int worker_setup_buffers(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	uint32_t nwr = 0;
+	for (unsigned n = 0; n < e->nnics; n++) {
+		w->credits[n] = e->nics[n].tx_size;
+		nwr += e->nics[n].tx_size;
+	}
+	w->ops = calloc(e->attr.max_ops, sizeof(*w->ops));
+	w->wrs = calloc(nwr, sizeof(*w->wrs));
+	w->recv_wrs = calloc(e->recv_slots, sizeof(*w->recv_wrs));
+	w->free_send = calloc(SEND_BUFS, sizeof(*w->free_send));
+	w->ov_cap = e->attr.max_ops + e->attr.imm_slots + e->attr.submit_depth + 16;
+	w->overflow = calloc(w->ov_cap, sizeof(*w->overflow));
+	if (!w->ops || !w->wrs || !w->recv_wrs || !w->free_send || !w->overflow)
+		return -ENOMEM;
+	int ret = imm_table_init(&w->imm, e->attr.imm_slots);
+	if (ret)
+		return ret;
+	for (uint32_t i = e->attr.max_ops; i-- > 0;) {
+		w->ops[i].next_post = w->free_ops;
+		w->free_ops = &w->ops[i];
+	}
+	for (uint32_t i = nwr; i-- > 0;)
+		wr_put(w, &w->wrs[i]);
+	for (uint32_t i = 0; i < SEND_BUFS; i++)
+		w->free_send[w->nfree_send++] = i;
+	w->live.next_live = w->live.prev_live = &w->live;
+	return 0;
+}
+
+void worker_post_initial_recvs(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	for (uint32_t slot = 0; slot < e->recv_slots; slot++) {
+		struct wr *wr = &w->recv_wrs[slot];
+		wr->kind = WR_RECV;
+		wr->slot = slot;
+		wr->nic = (uint8_t)(slot / e->attr.recv_count);
+		repost_recv(w, wr);
+	}
+}

@@ -1,0 +1,72 @@
+/* The worker's private state: operation pool, posting credits, immediate
+ * counters. Only the worker thread touches it. */
+#ifndef XFER_WORKER_H
+#define XFER_WORKER_H
+
+#include "engine.h"
+
+enum wr_kind { WR_OP, WR_RECV };
+
+/* One posted request; the backend's context must come first. */
+struct wr {
+	_Alignas(16) unsigned char prov[NIC_CTX_BYTES];
+	struct op *op;
+	uint32_t slot; /* receive slot for WR_RECV */
+	uint8_t nic;
+	uint8_t kind;
+	struct wr *next_free;
+};
+
+struct op {
+	struct sub s;
+	struct op *next_post;
+	struct op *prev_live, *next_live; /* in-flight list for deadline scans */
+	uint32_t posted, total, done;
+	int32_t status;
+	uint32_t send_buf;
+	uint8_t nic_base;
+	bool user_done; /* the user already got its completion (deadline) */
+	bool queued;    /* in the posting FIFO */
+	bool live;
+};
+
+struct worker {
+	xfer_engine_t *e;
+	struct op *ops;
+	struct op *free_ops; /* via next_post */
+	struct wr *wrs, *free_wrs;
+	struct wr *recv_wrs;
+	uint32_t credits[XFER_NIC_MAX];
+	struct op *post_head, *post_tail;
+	struct op live; /* sentinel */
+	uint32_t nlive;
+	uint32_t *free_send, nfree_send;
+	struct imm_table imm;
+	struct xfer_cqe *overflow;
+	uint32_t ov_head, ov_count, ov_cap;
+	uint64_t next_scan_ns;
+	uint32_t rr_nic;
+	int epfd;
+	bool all_nics_have_fd;
+	bool cq_pushed, inbox_pushed;
+};
+
+int worker_setup_buffers(struct worker *w);
+void worker_post_initial_recvs(struct worker *w);
+int worker_loop_once(struct worker *w, uint64_t now);
+void worker_quiesce(struct worker *w, int status);
+/* Drains the overflow into the CQ from an application thread after stop. */
+void worker_flush_overflow(struct worker *w);
+
+/* imm_counters.c */
+void imm_arrived(struct worker *w, uint32_t imm);
+void imm_arm(struct worker *w, const struct sub *s);
+int imm_disarm(struct worker *w, uint32_t imm, uint32_t *arrived);
+void imm_expire(struct worker *w, uint64_t now, uint64_t *next_deadline);
+void imm_cancel_all(struct worker *w, int status);
+
+/* worker.c, shared with imm_counters.c */
+void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t user_data, int res,
+		    uint32_t kind);
+
+#endif

@@ -1,0 +1,173 @@
+/* The worker thread's life: pin, bring the NICs up on the pinned core (so that
+ * their memory is NUMA-local), loop, and quiesce on stop. */
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "worker.h"
+
+int engine_bringup(xfer_engine_t *e, struct worker *w);
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static void pin(int cpu)
+{
+	if (cpu < 0)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	int ret = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	if (ret)
+		xwarn("cannot pin worker to CPU %d: %s", cpu, xfer_strerror(-ret));
+}
+
+static int setup_epoll(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	struct epoll_event ev = {.events = EPOLLIN};
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (w->epfd < 0)
+		return -errno;
+	ev.data.fd = e->wake_fd;
+	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, e->wake_fd, &ev))
+		return -errno;
+	w->all_nics_have_fd = true;
+	for (unsigned n = 0; n < e->nnics; n++) {
+		int fd = e->ops.wait_fd(&e->nics[n]);
+		if (fd < 0) {
+			w->all_nics_have_fd = false;
+			continue;
+		}
+		ev.data.fd = fd;
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev))
+			w->all_nics_have_fd = false;
+	}
+	return 0;
+}
+
+/* Sleeps until a submission, a NIC event or the next deadline. Without a NIC
+ * wait object the sleep is a short doze, because a provider with manual
+ * progress moves a peer's data only while we poll. */
+static void sleep_idle(struct worker *w, uint64_t now)
+{
+	xfer_engine_t *e = w->e;
+	atomic_store(&e->worker_sleeping, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!mpmc_empty_hint(&e->subq) || !mpmc_empty_hint(&e->repost) ||
+	    atomic_load(&e->stopping) || w->post_head || w->ov_count)
+		goto awake;
+	for (unsigned n = 0; n < e->nnics; n++)
+		if (e->ops.trywait(&e->nics[n]) != 0)
+			goto awake;
+	uint64_t limit_ms = w->all_nics_have_fd ? 100 : 1;
+	if (w->next_scan_ns > now) {
+		uint64_t until = (w->next_scan_ns - now + 999999) / 1000000;
+		if (until < limit_ms)
+			limit_ms = until;
+	}
+	struct epoll_event evs[XFER_NIC_MAX + 1];
+	atomic_fetch_add_explicit(&e->st.worker_sleeps, 1, memory_order_relaxed);
+	epoll_wait(w->epfd, evs, XFER_NIC_MAX + 1, (int)limit_ms);
+	uint64_t drain;
+	while (read(e->wake_fd, &drain, sizeof(drain)) > 0)
+		;
+awake:
+	atomic_store(&e->worker_sleeping, 0);
+}
+
+struct worker_start {
+	xfer_engine_t *e;
+	sem_t ready;
+	int result;
+};
+
+static void *worker_main_impl(struct worker_start *st)
+{
+	xfer_engine_t *e = st->e;
+	pin(e->attr.worker_cpu);
+	/* Allocated after pinning so that first touch places it on our node. */
+	struct worker *w = calloc(1, sizeof(*w));
+	int ret = w ? 0 : -ENOMEM;
+	if (w) {
+		w->e = e;
+		w->epfd = -1;
+		e->w = w;
+		ret = engine_bringup(e, w);
+		if (!ret)
+			ret = setup_epoll(w);
+	}
+	st->result = ret;
+	sem_post(&st->ready);
+	if (ret)
+		return NULL;
+
+	const uint64_t spin_ns = (uint64_t)e->attr.spin_us * 1000;
+	uint64_t idle_since = now_ns();
+	while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
+		uint64_t now = now_ns();
+		if (worker_loop_once(w, now)) {
+			idle_since = now;
+			continue;
+		}
+		if (now - idle_since < spin_ns) {
+			cpu_relax();
+			continue;
+		}
+		sleep_idle(w, now);
+	}
+	worker_quiesce(w, -ECANCELED);
+	return NULL;
+}
+
+void *worker_main(void *arg)
+{
+	return worker_main_impl(arg);
+}
+
+int worker_create(xfer_engine_t *e)
+{
+	struct worker_start st = {.e = e};
+	sem_init(&st.ready, 0, 0);
+	int ret = pthread_create(&e->thread, NULL, worker_main, &st);
+	if (ret) {
+		sem_destroy(&st.ready);
+		return -ret;
+	}
+	e->thread_started = true;
+	while (sem_wait(&st.ready) && errno == EINTR)
+		;
+	sem_destroy(&st.ready);
+	if (st.result) {
+		pthread_join(e->thread, NULL);
+		e->thread_started = false;
+	}
+	return st.result;
+}
+
+void worker_destroy(xfer_engine_t *e)
+{
+	struct worker *w = e->w;
+	if (!w)
+		return;
+	if (w->epfd >= 0)
+		close(w->epfd);
+	imm_table_destroy(&w->imm);
+	free(w->ops);
+	free(w->wrs);
+	free(w->recv_wrs);
+	free(w->free_send);
+	free(w->overflow);
+	free(w);
+	e->w = NULL;
+}
