@@ -50,6 +50,7 @@ void imm_arm(struct worker *w, const struct sub *s)
 	en->cb = s->cb;
 	en->cb_ctx = s->cb_ctx;
 	w->imm.armed++;
+	worker_note_deadline(w, en->deadline_ns);
 	if (en->count >= en->expected)
 		fire(w, en, 0);
 }

@@ -21,6 +21,12 @@ static inline uint64_t relaxed_inc(atomic_uint_fast64_t *c, uint64_t by)
 	return atomic_fetch_add_explicit(c, by, memory_order_relaxed);
 }
 
+void worker_note_deadline(struct worker *w, uint64_t deadline_ns)
+{
+	if (deadline_ns < w->next_scan_ns)
+		w->next_scan_ns = deadline_ns;
+}
+
 /* ------------------------------------------------------------ completions */
 
 void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t user_data, int res,
@@ -265,6 +271,7 @@ static void accept_op(struct worker *w, const struct sub *s)
 	op->send_buf = UINT32_MAX;
 	op->total = s->kind == SUB_PAGED ? s->u.paged.npages : 1;
 	op->nic_base = (uint8_t)(w->rr_nic++ % w->e->nnics);
+	worker_note_deadline(w, s->deadline_ns);
 	/* Append to the live list (deadline scans) and the posting FIFO. */
 	op->live = true;
 	op->next_live = &w->live;
@@ -456,11 +463,10 @@ int worker_loop_once(struct worker *w, uint64_t now)
 	if (w->post_head)
 		n += post_pending(w);
 	if (now >= w->next_scan_ns) {
+		/* Scans are at least SCAN_INTERVAL_NS apart; deadlines are that precise. */
 		uint64_t next = scan_deadlines(w, now);
 		uint64_t soon = now + SCAN_INTERVAL_NS;
 		w->next_scan_ns = next < soon ? soon : next;
-		if (w->nlive || w->imm.armed)
-			w->next_scan_ns = soon;
 	}
 	signal_app(w);
 	return n;

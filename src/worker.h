@@ -66,6 +66,7 @@ void imm_expire(struct worker *w, uint64_t now, uint64_t *next_deadline);
 void imm_cancel_all(struct worker *w, int status);
 
 /* worker.c, shared with imm_counters.c */
+void worker_note_deadline(struct worker *w, uint64_t deadline_ns);
 void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t user_data, int res,
 		    uint32_t kind);
 

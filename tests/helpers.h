@@ -3,6 +3,7 @@
 #ifndef XFER_TEST_HELPERS_H
 #define XFER_TEST_HELPERS_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
@@ -81,6 +82,18 @@ int ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx)
 {
 	struct ofi_nic *o = nic->priv;
 	ssize_t ret;
+	if (w->len == 0) {
+		/* Immediate only. Delivery-complete adds nothing without data, and
+		 * shm 1.17 never completes a zero-length write that asks for it. */
+		struct iovec iov = {.iov_base = (void *)w->buf, .iov_len = 0};
+		struct fi_rma_iov rma = {.addr = w->raddr, .len = 0, .key = w->rkey};
+		void *desc = w->desc;
+		struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = w->dest,
+					 .rma_iov = &rma, .rma_iov_count = 1, .context = ctx,
+					 .data = w->imm};
+		uint64_t flags = FI_COMPLETION | FI_TRANSMIT_COMPLETE | (w->has_imm ? FI_REMOTE_CQ_DATA : 0);
+		return ofi_errno((int)fi_writemsg(o->ep, &msg, flags));
+	}
 	if (w->has_imm)
 		ret = fi_writedata(o->ep, w->buf, w->len, w->desc, w->imm, w->dest, w->raddr, w->rkey,
 				   ctx);
