@@ -201,7 +201,7 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	xfer_engine_t *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	xfer_log_level = attr->log_level;
+	xlog_level = attr->log_level;
 	e->attr = *attr;
 	e->provider_req = strdup(attr->provider ? attr->provider : "auto");
 	e->nics_req = attr->nics && *attr->nics ? strdup(attr->nics) : NULL;

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <unistd.h>
 
-int xfer_log_level = XFER_LOG_WARN;
+int xlog_level = XFER_LOG_WARN;
 
-void xfer_log_emit(int level, const char *fmt, ...)
+void xlog_emit(int level, const char *fmt, ...)
 {
 	static const char *names[] = {"error", "warn", "info", "debug"};
 	char line[512];

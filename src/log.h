@@ -3,14 +3,14 @@
 
 enum { XFER_LOG_ERROR, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };
 
-extern int xfer_log_level;
+extern int xlog_level;
 
-void xfer_log_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void xlog_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define xlog(level, ...)                                                                    \
 	do {                                                                                \
-		if ((level) <= xfer_log_level)                                              \
-			xfer_log_emit((level), __VA_ARGS__);                                \
+		if ((level) <= xlog_level)                                              \
+			xlog_emit((level), __VA_ARGS__);                                \
 	} while (0)
 #define xerr(...) xlog(XFER_LOG_ERROR, __VA_ARGS__)
 #define xwarn(...) xlog(XFER_LOG_WARN, __VA_ARGS__)

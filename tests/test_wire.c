@@ -73,7 +73,7 @@ static size_t forge_desc(uint8_t *b, uint16_t version, uint64_t id, uint64_t len
 		for (int i = 0; i < 8; i++)
 			b[p++] = (uint8_t)(base >> (8 * i));
 		for (int i = 0; i < 8; i++)
-			b[p++] = (uint8_t)(n >> (8 * i));
+			b[p++] = (uint8_t)((uint64_t)n >> (8 * i));
 	}
 	uint32_t crc = wire_crc32(b, p);
 	for (int i = 0; i < 4; i++)

@@ -71,10 +71,14 @@ static int target(int idx, int fd, void *arg)
 	uint8_t *expect = malloc(REGION);
 	CHECK(expect);
 
+	/* Each expectation is armed before the initiator is told to go on. Besides
+	 * being the protocol a real receiver follows, handing it to the worker
+	 * orders our memset before the next write lands (ThreadSanitizer cannot
+	 * see causality that travels through another process). */
+	struct xfer_completion first = {.user_data = 0};
+	CHECK_OK(xfer_expect_imm(e, 100, 1, &first));
 	for (size_t i = 0; i < NSIZES; i++) {
 		uint64_t size = sizes[i], off = offset_for(size);
-		struct xfer_completion c = {.user_data = i};
-		CHECK_OK(xfer_expect_imm(e, (uint32_t)(100 + i), 1, &c));
 		struct xfer_cqe cqe = t_wait_cqe(e, 30000);
 		CHECK(cqe.kind == XFER_OP_EXPECT && cqe.user_data == i && cqe.res == 0);
 		t_fill(expect, size, size);
@@ -87,6 +91,10 @@ static int target(int idx, int fd, void *arg)
 				return 1;
 			}
 		memset(buf + GUARD + off, 0xA5, size);
+		if (i + 1 < NSIZES) {
+			struct xfer_completion c = {.user_data = i + 1};
+			CHECK_OK(xfer_expect_imm(e, (uint32_t)(100 + i + 1), 1, &c));
+		}
 		t_send_u64(fd, size);
 	}
 	CHECK_OK(xfer_mr_dereg(mr));
