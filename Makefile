@@ -35,5 +35,9 @@ check-all: test test-asan test-tsan
 install: build
 	cmake --install $(BUILD)
 
+# The standard benchmark matrix on the default provider (issue: xfer-bench).
+bench: build
+	scripts/bench.sh $(BUILD)
+
 clean:
 	rm -rf build build-asan build-tsan

@@ -239,6 +239,23 @@ struct xfer_stats {
 };
 void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 
+/* Host-proxy overhead tracing (benchmarks): when enabled, each operation
+ * leaves one record with CLOCK_MONOTONIC timestamps in ns. Records that do
+ * not fit in the trace ring (65,536) are dropped, never waited for. */
+struct xfer_trace {
+	uint64_t user_data;
+	uint32_t kind;
+	uint32_t wrs;      /* requests posted */
+	uint64_t t_call;   /* the submit function was entered */
+	uint64_t t_enq;    /* validated and handed to the worker */
+	uint64_t t_deq;    /* the worker took it */
+	uint64_t t_first;  /* first request posted to a NIC */
+	uint64_t t_last;   /* last request posted */
+	uint64_t t_done;   /* completion delivered */
+};
+void xfer_engine_trace(xfer_engine_t *e, int enable);
+int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max);
+
 #ifdef __cplusplus
 }
 #endif

@@ -228,6 +228,8 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 		goto fail;
 	if ((ret = mpmc_init(&e->cq, (size_t)attr->max_ops + attr->imm_slots, sizeof(struct xfer_cqe))))
 		goto fail;
+	if ((ret = mpmc_init(&e->traces, 65536, sizeof(struct xfer_trace))))
+		goto fail;
 	if ((ret = worker_create(e)))
 		goto fail;
 	*out = e;
@@ -291,6 +293,7 @@ void xfer_engine_destroy(xfer_engine_t *e)
 	mpmc_destroy(&e->cq);
 	mpmc_destroy(&e->inbox);
 	mpmc_destroy(&e->repost);
+	mpmc_destroy(&e->traces);
 	free(e->recv_bufs);
 	free(e->send_bufs);
 	free(e->peers);
@@ -351,4 +354,19 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 	o->imms_dropped = atomic_load(&m->st.imms_dropped);
 	o->msgs_received = atomic_load(&m->st.msgs_received);
 	o->worker_sleeps = atomic_load(&m->st.worker_sleeps);
+}
+
+void xfer_engine_trace(xfer_engine_t *e, int enable)
+{
+	atomic_store(&e->tracing, enable != 0);
+}
+
+int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)
+{
+	int n = 0;
+	if (!e || !out || max < 0)
+		return -EINVAL;
+	while (n < max && mpmc_pop(&e->traces, &out[n]))
+		n++;
+	return n;
 }

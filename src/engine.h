@@ -49,6 +49,7 @@ struct sub {
 	xfer_complete_fn cb;
 	void *cb_ctx;
 	uint64_t deadline_ns;
+	uint64_t t_call, t_enq; /* only when tracing */
 	union {
 		struct {
 			const void *buf;
@@ -111,6 +112,8 @@ struct xfer_engine {
 	struct mpmc_queue cq;     /* struct xfer_cqe: worker -> application */
 	struct mpmc_queue inbox;  /* uint32 receive slot: worker -> application */
 	struct mpmc_queue repost; /* uint32 receive slot: application -> worker */
+	struct mpmc_queue traces; /* struct xfer_trace: worker -> benchmark */
+	atomic_bool tracing;
 
 	_Alignas(64) atomic_uint worker_sleeping;
 	int wake_fd;

@@ -6,6 +6,11 @@
 
 #include "engine.h"
 
+static inline uint64_t trace_clock(xfer_engine_t *e)
+{
+	return e && atomic_load_explicit(&e->tracing, memory_order_relaxed) ? now_ns() : 0;
+}
+
 static inline bool range_ok(uint64_t off, uint64_t len, uint64_t size)
 {
 	return off <= size && len <= size - off;
@@ -20,8 +25,10 @@ static inline bool page_ok(uint64_t base, uint32_t idx, uint64_t stride, uint64_
 	return range_ok(pos, len, size);
 }
 
-static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_completion *c)
+static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_completion *c,
+			    uint64_t t_call)
 {
+	s->t_call = t_call;
 	uint64_t timeout = e->attr.timeout_ms;
 	if (c) {
 		s->user_data = c->user_data;
@@ -63,6 +70,8 @@ static int max_msg_ok(const xfer_engine_t *e, uint64_t len)
 
 static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 {
+	if (atomic_load_explicit(&e->tracing, memory_order_relaxed))
+		s->t_enq = now_ns();
 	atomic_fetch_add(&e->submitters, 1);
 	if (atomic_load(&e->stopping)) {
 		atomic_fetch_sub(&e->submitters, 1);
@@ -94,6 +103,7 @@ static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 	      const struct xfer_completion *c)
 {
+	uint64_t t_call = trace_clock(e);
 	if (!e || (len && !buf))
 		return -EINVAL;
 	if (len > e->attr.msg_max)
@@ -103,12 +113,13 @@ int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 	struct sub s = {.kind = SUB_SEND, .peer = peer};
 	s.u.send.buf = buf;
 	s.u.send.len = (uint32_t)len;
-	fill_completion(e, &s, c);
+	fill_completion(e, &s, c, t_call);
 	return submit(e, &s, NULL);
 }
 
 int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_completion *c)
 {
+	uint64_t t_call = trace_clock(e);
 	if (!e || !w || (w->flags & ~XFER_F_IMM))
 		return -EINVAL;
 	int ret = check_rmr(e, w->dst);
@@ -132,13 +143,14 @@ int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_c
 	s.u.write.src_off = w->src_off;
 	s.u.write.dst_off = w->dst_off;
 	s.u.write.len = w->len;
-	fill_completion(e, &s, c);
+	fill_completion(e, &s, c, t_call);
 	return submit(e, &s, w->src);
 }
 
 int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
 		     const struct xfer_completion *c)
 {
+	uint64_t t_call = trace_clock(e);
 	if (!e || !w || !w->src || !w->npages || !w->src_pages || !w->dst_pages ||
 	    (w->flags & ~XFER_F_IMM))
 		return -EINVAL;
@@ -157,28 +169,30 @@ int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
 	}
 	struct sub s = {.kind = SUB_PAGED, .peer = w->dst->peer, .flags = w->flags, .imm = w->imm};
 	s.u.paged = *w;
-	fill_completion(e, &s, c);
+	fill_completion(e, &s, c, t_call);
 	return submit(e, &s, w->src);
 }
 
 int xfer_write_imm(xfer_engine_t *e, xfer_peer_t peer, uint32_t imm, const struct xfer_completion *c)
 {
+	uint64_t t_call = trace_clock(e);
 	if (!e)
 		return -EINVAL;
 	if (!live_peer(e, peer))
 		return -ENOENT;
 	struct sub s = {.kind = SUB_IMM, .peer = peer, .flags = XFER_F_IMM, .imm = imm};
-	fill_completion(e, &s, c);
+	fill_completion(e, &s, c, t_call);
 	return submit(e, &s, NULL);
 }
 
 int xfer_expect_imm(xfer_engine_t *e, uint32_t imm, uint32_t count, const struct xfer_completion *c)
 {
+	uint64_t t_call = trace_clock(e);
 	if (!e || !count)
 		return -EINVAL;
 	struct sub s = {.kind = SUB_EXPECT, .peer = XFER_PEER_NONE, .imm = imm};
 	s.u.expect.count = count;
-	fill_completion(e, &s, c);
+	fill_completion(e, &s, c, t_call);
 	return submit(e, &s, NULL);
 }
 

@@ -103,6 +103,14 @@ static void release_refs(xfer_engine_t *e, const struct sub *s)
 		atomic_fetch_sub_explicit(&e->peers[s->peer].inflight, 1, memory_order_release);
 }
 
+static void trace_op(struct worker *w, const struct op *op)
+{
+	struct xfer_trace t = {.user_data = op->s.user_data, .kind = op->s.kind, .wrs = op->posted,
+			       .t_call = op->s.t_call, .t_enq = op->s.t_enq, .t_deq = op->t_deq,
+			       .t_first = op->t_first, .t_last = op->t_last, .t_done = now_ns()};
+	mpmc_push(&w->e->traces, &t);
+}
+
 /* The last request of op is done: release what it held and tell the user,
  * unless a deadline already did. */
 static void op_finish(struct worker *w, struct op *op)
@@ -111,6 +119,8 @@ static void op_finish(struct worker *w, struct op *op)
 	if (op->s.kind == SUB_SEND && op->send_buf != UINT32_MAX)
 		w->free_send[w->nfree_send++] = op->send_buf;
 	release_refs(w->e, &op->s);
+	if (op->s.t_call)
+		trace_op(w, op);
 	if (!op->user_done)
 		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, op->status, op->s.kind);
 	op->next_post = w->free_ops;
@@ -239,6 +249,12 @@ static int op_post(struct worker *w, struct op *op)
 			break;
 		}
 		w->credits[n]--;
+		if (op->s.t_call) {
+			uint64_t t = now_ns();
+			if (!op->posted)
+				op->t_first = t;
+			op->t_last = t;
+		}
 		op->posted++;
 		relaxed_inc(&e->st.wrs_posted, 1);
 	}
@@ -269,6 +285,8 @@ static void accept_op(struct worker *w, const struct sub *s)
 	memset(op, 0, sizeof(*op));
 	op->s = *s;
 	op->send_buf = UINT32_MAX;
+	if (s->t_call)
+		op->t_deq = now_ns();
 	op->total = s->kind == SUB_PAGED ? s->u.paged.npages : 1;
 	op->nic_base = (uint8_t)(w->rr_nic++ % w->e->nnics);
 	worker_note_deadline(w, s->deadline_ns);

@@ -25,6 +25,7 @@ struct op {
 	int32_t status;
 	uint32_t send_buf;
 	uint8_t nic_base;
+	uint64_t t_deq, t_first, t_last; /* tracing */
 	bool user_done; /* the user already got its completion (deadline) */
 	bool queued;    /* in the posting FIFO */
 	bool live;
