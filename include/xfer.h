@@ -49,6 +49,9 @@ typedef uint32_t xfer_peer_t;       /* index returned by xfer_peer_add */
 
 /* Receive handler: runs on the worker thread; data is valid only during the call. */
 typedef void (*xfer_recv_fn)(void *ctx, uint64_t src_id, const void *data, size_t len);
+/* Peer-failure handler: runs on the worker thread once per failed peer, after
+ * every pending operation to it has completed with -XFER_EPEER. */
+typedef void (*xfer_peer_down_fn)(void *ctx, uint32_t peer, uint64_t engine_id, int reason);
 
 struct xfer_attr {
 	const char *provider;  /* "auto", "tcp", "shm", "verbs", "efa" or a full name */
@@ -64,6 +67,10 @@ struct xfer_attr {
 	int log_level;         /* 0 error, 1 warn, 2 info, 3 debug */
 	xfer_recv_fn on_recv;  /* optional: receive by callback instead of xfer_recv */
 	void *on_recv_ctx;
+	uint32_t heartbeat_ms;     /* liveness probe interval per peer; 0: off */
+	uint32_t heartbeat_misses; /* intervals without an answer before a peer is dead */
+	xfer_peer_down_fn on_peer_down;
+	void *on_peer_down_ctx;
 };
 
 /* Fills defaults, then applies XFER_* environment variables (docs/config.md). */
@@ -98,6 +105,14 @@ int xfer_peer_remove(xfer_engine_t *e, xfer_peer_t peer);
 /* Engine id carried by a peer's address; 0 if the handle is not valid. */
 uint64_t xfer_peer_id(const xfer_engine_t *e, xfer_peer_t peer);
 
+enum xfer_peer_state { XFER_PEER_LIVE = 1, XFER_PEER_DEAD = 2 };
+/* XFER_PEER_LIVE, XFER_PEER_DEAD (failed: submissions return -XFER_EPEER
+ * until it is removed), or -ENOENT. */
+int xfer_peer_state(const xfer_engine_t *e, xfer_peer_t peer);
+/* How many times one sharded write (XFER_F_SHARD) to this peer delivers its
+ * immediate: min(our NIC count, the peer's). */
+unsigned xfer_peer_shards(const xfer_engine_t *e, xfer_peer_t peer);
+
 /* --------------------------------------------------------- memory regions */
 
 #define XFER_DESC_MAX 512
@@ -106,6 +121,14 @@ uint64_t xfer_peer_id(const xfer_engine_t *e, xfer_peer_t peer);
 int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out);
 /* -EBUSY while operations using the region are in flight. */
 int xfer_mr_dereg(xfer_mr_t *mr);
+/* Withdraws the registration but keeps the handle: once this returns, a
+ * remote write that names the region fails at this end (the initiator sees
+ * an error) and nothing more is written; descriptors already handed out stay
+ * dead, since keys are never reused. The region can no longer be used at all
+ * (-EINVAL); xfer_mr_dereg frees the handle. -EBUSY while local operations
+ * read from it. Use it before reusing memory whose writer may be dead or
+ * unresponsive; register again to hand out a new descriptor. */
+int xfer_mr_revoke(xfer_mr_t *mr);
 /* Serializes the remote descriptor; same return convention as xfer_engine_addr. */
 int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need);
 void *xfer_mr_addr(const xfer_mr_t *mr);
@@ -140,15 +163,23 @@ enum xfer_op_kind {
 	XFER_OP_PAGED = 3,
 	XFER_OP_IMM = 4,    /* immediate-only write to a peer */
 	XFER_OP_EXPECT = 5, /* an immediate counter reached its target */
+	XFER_OP_CANCEL = 6,
+	XFER_OP_SCATTER = 7,
+	XFER_OP_BARRIER = 8,
 };
 
-#define XFER_F_IMM (1u << 0) /* the write carries `imm` */
+#define XFER_F_IMM (1u << 0)   /* the write carries `imm` */
+#define XFER_F_SHARD (1u << 1) /* split one write over the NICs (see xfer_peer_shards) */
+#define XFER_F_PIN (1u << 2)   /* post every request on NIC XFER_F_NIC_OF(flags) */
+#define XFER_F_NIC(n) (XFER_F_PIN | ((uint32_t)(n) << 8))
+#define XFER_F_NIC_OF(flags) (((flags) >> 8) & 0xffu)
 
 struct xfer_completion {
 	uint64_t user_data;
 	xfer_complete_fn cb; /* NULL: deliver to the completion queue */
 	void *cb_ctx;
 	uint64_t timeout_ms; /* 0: engine default */
+	uint64_t tag;        /* groups operations for xfer_cancel; 0: none */
 };
 
 /* SEND of len <= msg_max bytes; the peer receives it in a bouncing buffer. */
@@ -190,6 +221,51 @@ int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
  * region every engine keeps for the purpose). */
 int xfer_write_imm(xfer_engine_t *e, xfer_peer_t peer, uint32_t imm,
 		   const struct xfer_completion *c);
+
+/* ------------------------------------------------------------ peer groups */
+
+typedef struct xfer_group xfer_group_t;
+
+/* A fixed set of peers, resolved once, for scatter and barrier. */
+int xfer_group_create(xfer_engine_t *e, const xfer_peer_t *peers, uint32_t n, xfer_group_t **out);
+/* -EBUSY while a scatter or barrier on it is in flight. */
+int xfer_group_destroy(xfer_group_t *g);
+uint32_t xfer_group_size(const xfer_group_t *g);
+
+struct xfer_scatter_entry {
+	uint32_t member; /* index into the group */
+	uint64_t src_off;
+	uint64_t len; /* 0: only the immediate */
+	const xfer_rmr_t *dst; /* a region of that member */
+	uint64_t dst_off;
+};
+
+/* One call, a different slice to each entry's member; with XFER_F_IMM each
+ * entry delivers `imm` once to its member. Completes once for the whole call
+ * with the first error; status (optional, n entries) receives each entry's
+ * own result before the completion is delivered. */
+struct xfer_scatter {
+	xfer_mr_t *src;
+	const struct xfer_scatter_entry *entries;
+	uint32_t n;
+	uint32_t imm;
+	uint32_t flags;
+	int32_t *status;
+};
+int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *s,
+		 const struct xfer_completion *c);
+/* Delivers `imm` once to every member (each expects xfer_group_size()
+ * arrivals when all members barrier on the same immediate). */
+int xfer_barrier(xfer_engine_t *e, xfer_group_t *g, uint32_t imm, const struct xfer_completion *c);
+
+/* ------------------------------------------------------------ cancellation */
+
+/* Cancels every operation submitted with this tag (before this call). Each
+ * of them still completes exactly once: -ECANCELED if it was cut short, or
+ * its own result if it had finished. The cancel itself completes (kind
+ * XFER_OP_CANCEL, res = how many were cut short) only once nothing of those
+ * operations can still land at the peer, or with -ETIMEDOUT at its deadline. */
+int xfer_cancel(xfer_engine_t *e, uint64_t tag, const struct xfer_completion *c);
 
 /* -------------------------------------------------------- immediate counters */
 

@@ -32,6 +32,8 @@ void xfer_attr_init(struct xfer_attr *a)
 	a->spin_us = 50;
 	a->timeout_ms = 60000;
 	a->log_level = XFER_LOG_WARN;
+	a->heartbeat_ms = 0;
+	a->heartbeat_misses = 10;
 
 	const char *v;
 	if ((v = getenv("XFER_PROVIDER")) && *v)
@@ -49,6 +51,8 @@ void xfer_attr_init(struct xfer_attr *a)
 	env_u32("XFER_SPIN_US", &a->spin_us);
 	env_u32("XFER_TIMEOUT_MS", &timeout);
 	env_u32("XFER_LOG_LEVEL", &level);
+	env_u32("XFER_HEARTBEAT_MS", &a->heartbeat_ms);
+	env_u32("XFER_HEARTBEAT_MISSES", &a->heartbeat_misses);
 	a->timeout_ms = timeout;
 	a->log_level = (int)level;
 }

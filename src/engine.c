@@ -129,7 +129,8 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 	if (ret)
 		return ret;
 	size_t recv_bytes = (size_t)e->recv_slots * e->slot_bytes;
-	size_t send_bytes = (size_t)SEND_BUFS * e->slot_bytes;
+	/* One slot more than SEND_BUFS holds the liveness probe, which never changes. */
+	size_t send_bytes = (size_t)(SEND_BUFS + 1) * e->slot_bytes;
 	e->recv_bufs = aligned_alloc(4096, (recv_bytes + 4095) & ~(size_t)4095);
 	e->send_bufs = aligned_alloc(4096, (send_bytes + 4095) & ~(size_t)4095);
 	void *sink = aligned_alloc(64, SINK_BYTES);
@@ -138,6 +139,8 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 		return -ENOMEM;
 	}
 	memset(sink, 0, SINK_BYTES);
+	uint32_t probe[4] = {MSG_MAGIC_HB, 0, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
+	memcpy(e->send_bufs + (size_t)SEND_BUFS * e->slot_bytes, probe, sizeof(probe));
 	if ((ret = reg_internal(e, sink, SINK_BYTES, &e->sink)))
 		return free(sink), ret;
 	if ((ret = reg_internal(e, e->recv_bufs, recv_bytes, &e->recv_mr)))

@@ -17,7 +17,8 @@
 #include "xfer.h"
 
 #define MSG_HDR_BYTES 16
-#define MSG_MAGIC 0x58464d53u /* "XFMS" */
+#define MSG_MAGIC 0x58464d53u    /* "XFMS": an application message */
+#define MSG_MAGIC_HB 0x58464842u /* "XFHB": a liveness probe, never delivered */
 #define SEND_BUFS 128
 #define SINK_BYTES 64
 #define MAX_PEERS_DEFAULT 1024
@@ -28,6 +29,9 @@ enum sub_kind {
 	SUB_PAGED = XFER_OP_PAGED,
 	SUB_IMM = XFER_OP_IMM,
 	SUB_EXPECT = XFER_OP_EXPECT,
+	SUB_CANCEL = XFER_OP_CANCEL,
+	SUB_SCATTER = XFER_OP_SCATTER,
+	SUB_BARRIER = XFER_OP_BARRIER,
 	SUB_CALL = 16, /* run a control function on the worker */
 };
 
@@ -49,6 +53,7 @@ struct sub {
 	xfer_complete_fn cb;
 	void *cb_ctx;
 	uint64_t deadline_ns;
+	uint64_t tag;
 	uint64_t t_call, t_enq; /* only when tracing */
 	union {
 		struct {
@@ -64,6 +69,16 @@ struct sub {
 		struct {
 			uint32_t count;
 		} expect;
+		struct {
+			xfer_mr_t *src;
+			struct xfer_group *group;
+			const struct xfer_scatter_entry *entries;
+			int32_t *status;
+			uint32_t n;
+		} scatter;
+		struct {
+			struct xfer_group *group;
+		} barrier;
 		struct engine_call *call;
 	} u;
 };
@@ -75,7 +90,15 @@ struct xfer_mr {
 	void *buf;
 	size_t len;
 	atomic_uint inflight;
+	bool revoked;
 	struct nic_mr nic[XFER_NIC_MAX];
+};
+
+struct xfer_group {
+	xfer_engine_t *e;
+	atomic_uint inflight;
+	uint32_t n;
+	uint32_t peers[];
 };
 
 struct xfer_rmr {
@@ -87,7 +110,7 @@ struct xfer_rmr {
 	struct wire_rkey nic[XFER_NIC_MAX];
 };
 
-enum peer_state { PEER_FREE, PEER_LIVE };
+enum peer_state { PEER_FREE = 0, PEER_LIVE = XFER_PEER_LIVE, PEER_DEAD = XFER_PEER_DEAD };
 
 struct peer {
 	_Atomic int state;

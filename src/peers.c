@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "worker.h"
 
 struct peer_add_args {
 	const struct wire_addr *a;
@@ -37,6 +38,7 @@ static int add_on_worker(xfer_engine_t *e, void *arg)
 	}
 	p->engine_id = a->engine_id;
 	p->nnics = a->nnics;
+	e->w->hb[i] = (struct peer_hb){.sent_at = now_ns()};
 	atomic_store(&p->inflight, 0);
 	atomic_store(&p->state, PEER_LIVE);
 	pa->index = i;
@@ -64,7 +66,7 @@ int xfer_peer_add(xfer_engine_t *e, const void *addr, size_t len, xfer_peer_t *o
 static int remove_on_worker(xfer_engine_t *e, void *arg)
 {
 	struct peer *p = &e->peers[*(xfer_peer_t *)arg];
-	if (atomic_load(&p->state) != PEER_LIVE)
+	if (atomic_load(&p->state) == PEER_FREE)
 		return -ENOENT;
 	if (atomic_load(&p->inflight))
 		return -EBUSY;
@@ -86,7 +88,55 @@ uint64_t xfer_peer_id(const xfer_engine_t *e, xfer_peer_t peer)
 	if (!e || peer >= e->max_peers)
 		return 0;
 	struct peer *p = &e->peers[peer];
-	return atomic_load(&p->state) == PEER_LIVE ? p->engine_id : 0;
+	return atomic_load(&p->state) != PEER_FREE ? p->engine_id : 0;
+}
+
+int xfer_peer_state(const xfer_engine_t *e, xfer_peer_t peer)
+{
+	if (!e || peer >= e->max_peers)
+		return -ENOENT;
+	int st = atomic_load(&e->peers[peer].state);
+	return st == PEER_FREE ? -ENOENT : st;
+}
+
+unsigned xfer_peer_shards(const xfer_engine_t *e, xfer_peer_t peer)
+{
+	if (!e || peer >= e->max_peers || atomic_load(&e->peers[peer].state) == PEER_FREE)
+		return 0;
+	unsigned r = e->peers[peer].nnics;
+	return r < e->nnics ? r : e->nnics;
+}
+
+int xfer_group_create(xfer_engine_t *e, const xfer_peer_t *peers, uint32_t n, xfer_group_t **out)
+{
+	if (!e || !peers || !n || n > e->max_peers || !out)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (xfer_peer_state(e, peers[i]) < 0)
+			return -ENOENT;
+	xfer_group_t *g = calloc(1, sizeof(*g) + n * sizeof(g->peers[0]));
+	if (!g)
+		return -ENOMEM;
+	g->e = e;
+	g->n = n;
+	memcpy(g->peers, peers, n * sizeof(g->peers[0]));
+	*out = g;
+	return 0;
+}
+
+int xfer_group_destroy(xfer_group_t *g)
+{
+	if (!g)
+		return 0;
+	if (atomic_load(&g->inflight))
+		return -EBUSY;
+	free(g);
+	return 0;
+}
+
+uint32_t xfer_group_size(const xfer_group_t *g)
+{
+	return g->n;
 }
 
 int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t len,
@@ -96,8 +146,8 @@ int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t
 	if (!e || !out)
 		return -EINVAL;
 	uint64_t owner = xfer_peer_id(e, peer);
-	if (!owner)
-		return -ENOENT;
+	if (!owner || xfer_peer_state(e, peer) != XFER_PEER_LIVE)
+		return xfer_peer_state(e, peer) == XFER_PEER_DEAD ? -XFER_EPEER : -ENOENT;
 	int ret = wire_desc_decode(desc, len, &d);
 	if (ret)
 		return ret;

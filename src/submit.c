@@ -29,6 +29,8 @@ static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_c
 			    uint64_t t_call)
 {
 	s->t_call = t_call;
+	if (c)
+		s->tag = c->tag;
 	uint64_t timeout = e->attr.timeout_ms;
 	if (c) {
 		s->user_data = c->user_data;
@@ -48,16 +50,39 @@ static struct peer *live_peer(xfer_engine_t *e, xfer_peer_t peer)
 	return atomic_load_explicit(&p->state, memory_order_acquire) == PEER_LIVE ? p : NULL;
 }
 
+/* -ENOENT for no such peer, -XFER_EPEER for one that failed. */
+static int peer_error(xfer_engine_t *e, xfer_peer_t peer)
+{
+	if (peer < e->max_peers && atomic_load(&e->peers[peer].state) == PEER_DEAD)
+		return -XFER_EPEER;
+	return -ENOENT;
+}
+
+static int check_flags(const xfer_engine_t *e, uint32_t flags, uint32_t allowed)
+{
+	uint32_t known = XFER_F_IMM | XFER_F_PIN | (0xffu << 8) | (allowed & XFER_F_SHARD);
+	if (flags & ~known)
+		return -EINVAL;
+	if (!(flags & XFER_F_PIN) && XFER_F_NIC_OF(flags))
+		return -EINVAL;
+	if ((flags & XFER_F_PIN) && XFER_F_NIC_OF(flags) >= e->nnics)
+		return -EINVAL;
+	if ((flags & XFER_F_PIN) && (flags & XFER_F_SHARD))
+		return -EINVAL;
+	return 0;
+}
+
 /* A remote region is usable while its owner is the live peer it was imported
  * for; a restarted peer (new engine id) makes it stale. */
 static int check_rmr(xfer_engine_t *e, const xfer_rmr_t *r)
 {
 	if (!r || r->e != e)
 		return -EINVAL;
-	struct peer *p = live_peer(e, r->peer);
-	if (!p || p->engine_id != r->engine_id)
+	struct peer *p = &e->peers[r->peer];
+	int state = atomic_load_explicit(&p->state, memory_order_acquire);
+	if (state == PEER_FREE || p->engine_id != r->engine_id)
 		return -ESTALE;
-	return 0;
+	return state == PEER_LIVE ? 0 : -XFER_EPEER;
 }
 
 static int max_msg_ok(const xfer_engine_t *e, uint64_t len)
@@ -70,6 +95,9 @@ static int max_msg_ok(const xfer_engine_t *e, uint64_t len)
 
 static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 {
+	struct xfer_group *g = s->kind == SUB_SCATTER ? s->u.scatter.group
+			       : s->kind == SUB_BARRIER ? s->u.barrier.group
+							: NULL;
 	if (atomic_load_explicit(&e->tracing, memory_order_relaxed))
 		s->t_enq = now_ns();
 	atomic_fetch_add(&e->submitters, 1);
@@ -83,8 +111,12 @@ static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 		atomic_fetch_add_explicit(&mr->inflight, 1, memory_order_relaxed);
 	if (s->peer != XFER_PEER_NONE)
 		atomic_fetch_add_explicit(&e->peers[s->peer].inflight, 1, memory_order_relaxed);
+	if (g)
+		atomic_fetch_add_explicit(&g->inflight, 1, memory_order_relaxed);
 	bool ok = mpmc_push(&e->subq, s);
 	if (!ok) {
+		if (g)
+			atomic_fetch_sub_explicit(&g->inflight, 1, memory_order_relaxed);
 		if (mr)
 			atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_relaxed);
 		if (s->peer != XFER_PEER_NONE)
@@ -109,7 +141,7 @@ int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 	if (len > e->attr.msg_max)
 		return -EMSGSIZE;
 	if (!live_peer(e, peer))
-		return -ENOENT;
+		return peer_error(e, peer);
 	struct sub s = {.kind = SUB_SEND, .peer = peer};
 	s.u.send.buf = buf;
 	s.u.send.len = (uint32_t)len;
@@ -120,10 +152,12 @@ int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_completion *c)
 {
 	uint64_t t_call = trace_clock(e);
-	if (!e || !w || (w->flags & ~XFER_F_IMM))
+	if (!e || !w)
 		return -EINVAL;
-	int ret = check_rmr(e, w->dst);
+	int ret = check_flags(e, w->flags, XFER_F_SHARD);
 	if (ret)
+		return ret;
+	if ((ret = check_rmr(e, w->dst)))
 		return ret;
 	if (w->src) {
 		if (w->src->e != e || !w->src->registered)
@@ -151,13 +185,14 @@ int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
 		     const struct xfer_completion *c)
 {
 	uint64_t t_call = trace_clock(e);
-	if (!e || !w || !w->src || !w->npages || !w->src_pages || !w->dst_pages ||
-	    (w->flags & ~XFER_F_IMM))
+	if (!e || !w || !w->src || !w->npages || !w->src_pages || !w->dst_pages)
 		return -EINVAL;
 	if (w->src->e != e || !w->src->registered)
 		return -EINVAL;
-	int ret = check_rmr(e, w->dst);
+	int ret = check_flags(e, w->flags, 0);
 	if (ret)
+		return ret;
+	if ((ret = check_rmr(e, w->dst)))
 		return ret;
 	if ((ret = max_msg_ok(e, w->page_len)))
 		return ret;
@@ -179,7 +214,7 @@ int xfer_write_imm(xfer_engine_t *e, xfer_peer_t peer, uint32_t imm, const struc
 	if (!e)
 		return -EINVAL;
 	if (!live_peer(e, peer))
-		return -ENOENT;
+		return peer_error(e, peer);
 	struct sub s = {.kind = SUB_IMM, .peer = peer, .flags = XFER_F_IMM, .imm = imm};
 	fill_completion(e, &s, c, t_call);
 	return submit(e, &s, NULL);
@@ -219,4 +254,65 @@ int xfer_imm_disarm(xfer_engine_t *e, uint32_t imm, uint32_t *arrived)
 	if (arrived)
 		*arrived = d.arrived;
 	return ret;
+}
+
+int xfer_cancel(xfer_engine_t *e, uint64_t tag, const struct xfer_completion *c)
+{
+	uint64_t t_call = trace_clock(e);
+	if (!e || !tag)
+		return -EINVAL;
+	struct sub s = {.kind = SUB_CANCEL, .peer = XFER_PEER_NONE};
+	fill_completion(e, &s, c, t_call);
+	s.tag = tag;
+	return submit(e, &s, NULL);
+}
+
+int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *sc,
+		 const struct xfer_completion *c)
+{
+	uint64_t t_call = trace_clock(e);
+	if (!e || !g || g->e != e || !sc || !sc->n || !sc->entries)
+		return -EINVAL;
+	int ret = check_flags(e, sc->flags, 0);
+	if (ret)
+		return ret;
+	if (sc->src && (sc->src->e != e || !sc->src->registered))
+		return -EINVAL;
+	for (uint32_t i = 0; i < sc->n; i++) {
+		const struct xfer_scatter_entry *en = &sc->entries[i];
+		if (en->member >= g->n || !en->dst)
+			return -EINVAL;
+		if ((ret = check_rmr(e, en->dst)))
+			return ret;
+		if (en->dst->peer != g->peers[en->member])
+			return -XFER_EFOREIGN;
+		if (en->len && (!sc->src || !range_ok(en->src_off, en->len, sc->src->len)))
+			return -EINVAL;
+		if (!range_ok(en->dst_off, en->len, en->dst->len))
+			return -EINVAL;
+		if ((ret = max_msg_ok(e, en->len)))
+			return ret;
+	}
+	struct sub s = {.kind = SUB_SCATTER, .peer = XFER_PEER_NONE, .flags = sc->flags, .imm = sc->imm};
+	s.u.scatter.src = sc->src;
+	s.u.scatter.group = g;
+	s.u.scatter.entries = sc->entries;
+	s.u.scatter.status = sc->status;
+	s.u.scatter.n = sc->n;
+	if (sc->status)
+		for (uint32_t i = 0; i < sc->n; i++)
+			sc->status[i] = 0;
+	fill_completion(e, &s, c, t_call);
+	return submit(e, &s, sc->src);
+}
+
+int xfer_barrier(xfer_engine_t *e, xfer_group_t *g, uint32_t imm, const struct xfer_completion *c)
+{
+	uint64_t t_call = trace_clock(e);
+	if (!e || !g || g->e != e)
+		return -EINVAL;
+	struct sub s = {.kind = SUB_BARRIER, .peer = XFER_PEER_NONE, .flags = XFER_F_IMM, .imm = imm};
+	s.u.barrier.group = g;
+	fill_completion(e, &s, c, t_call);
+	return submit(e, &s, NULL);
 }

@@ -93,12 +93,19 @@ static void live_unlink(struct worker *w, struct op *op)
 static void release_refs(xfer_engine_t *e, const struct sub *s)
 {
 	xfer_mr_t *mr = NULL;
+	struct xfer_group *g = NULL;
 	if (s->kind == SUB_WRITE)
 		mr = s->u.write.src;
 	else if (s->kind == SUB_PAGED)
 		mr = s->u.paged.src;
+	else if (s->kind == SUB_SCATTER)
+		mr = s->u.scatter.src, g = s->u.scatter.group;
+	else if (s->kind == SUB_BARRIER)
+		g = s->u.barrier.group;
 	if (mr)
 		atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_release);
+	if (g)
+		atomic_fetch_sub_explicit(&g->inflight, 1, memory_order_release);
 	if (s->peer != XFER_PEER_NONE)
 		atomic_fetch_sub_explicit(&e->peers[s->peer].inflight, 1, memory_order_release);
 }
@@ -123,6 +130,8 @@ static void op_finish(struct worker *w, struct op *op)
 		trace_op(w, op);
 	if (!op->user_done)
 		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, op->status, op->s.kind);
+	if (op->cancels)
+		cancel_op_finished(w, op);
 	op->next_post = w->free_ops;
 	w->free_ops = op;
 }
@@ -135,15 +144,22 @@ static void op_maybe_finish(struct worker *w, struct op *op)
 		op_finish(w, op);
 }
 
-/* Stops posting the rest of op; what is posted still completes normally. */
-static void op_fail(struct op *op, int status)
+void op_fail(struct op *op, int status)
 {
 	if (op->status == 0)
 		op->status = status;
 	op->total = op->posted;
 }
 
-static struct wr *wr_get(struct worker *w)
+void op_complete_early(struct worker *w, struct op *op, int status)
+{
+	if (op->user_done)
+		return;
+	op->user_done = true;
+	worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, status, op->s.kind);
+}
+
+struct wr *wr_get(struct worker *w)
 {
 	struct wr *wr = w->free_wrs;
 	if (wr)
@@ -151,77 +167,131 @@ static struct wr *wr_get(struct worker *w)
 	return wr;
 }
 
-static void wr_put(struct worker *w, struct wr *wr)
+void wr_put(struct worker *w, struct wr *wr)
 {
 	wr->next_free = w->free_wrs;
 	w->free_wrs = wr;
 }
 
-static int post_one(struct worker *w, struct op *op, struct wr *wr, unsigned n)
+static inline bool peer_usable(const struct peer *p)
+{
+	return atomic_load_explicit(&p->state, memory_order_relaxed) == PEER_LIVE;
+}
+
+static unsigned wr_nic(const xfer_engine_t *e, const struct op *op, uint32_t i)
+{
+	if (op->s.flags & XFER_F_PIN)
+		return XFER_F_NIC_OF(op->s.flags);
+	return (op->nic_base + i) % e->nnics;
+}
+
+/* Fills the remote side of request i of a write to region r. */
+static void to_region(struct nic_write *nw, const xfer_rmr_t *r, unsigned n, uint64_t off)
+{
+	const struct wire_rkey *rk = &r->nic[n % r->nnics];
+	nw->raddr = rk->base + off;
+	nw->rkey = rk->key;
+}
+
+/* Builds request i of op for NIC n. Returns 0, -EAGAIN (no bounce buffer
+ * yet) or -XFER_EPEER (its peer is dead: the request is skipped). */
+static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct nic_write *nw)
 {
 	xfer_engine_t *e = w->e;
-	struct xfer_nic *nic = &e->nics[n];
 	const struct sub *s = &op->s;
-	const struct peer *p = &e->peers[s->peer];
-	struct nic_write nw = {.dest = p->dest[n]};
-
+	const struct peer *p = s->peer != XFER_PEER_NONE ? &e->peers[s->peer] : NULL;
+	nw->has_imm = !!(s->flags & XFER_F_IMM);
+	nw->imm = s->imm;
 	switch (s->kind) {
-	case SUB_SEND: {
-		if (op->send_buf == UINT32_MAX) {
-			if (!w->nfree_send)
-				return -EAGAIN;
-			op->send_buf = w->free_send[--w->nfree_send];
-			uint8_t *b = e->send_bufs + (size_t)op->send_buf * e->slot_bytes;
-			uint32_t hdr[4] = {MSG_MAGIC, s->u.send.len, (uint32_t)e->id,
-					   (uint32_t)(e->id >> 32)};
-			memcpy(b, hdr, MSG_HDR_BYTES);
-			if (s->u.send.len)
-				memcpy(b + MSG_HDR_BYTES, s->u.send.buf, s->u.send.len);
-		}
-		return e->ops.post_send(nic, nw.dest, e->send_bufs + (size_t)op->send_buf * e->slot_bytes,
-					MSG_HDR_BYTES + s->u.send.len, e->send_mr->nic[n].desc, wr);
-	}
 	case SUB_IMM:
-		nw.buf = e->sink->buf;
-		nw.desc = e->sink->nic[n].desc;
-		nw.raddr = p->sink[n].base;
-		nw.rkey = p->sink[n].key;
-		nw.has_imm = 1;
-		nw.imm = s->imm;
+		nw->buf = e->sink->buf;
+		nw->desc = e->sink->nic[n].desc;
+		nw->raddr = p->sink[n].base;
+		nw->rkey = p->sink[n].key;
 		break;
 	case SUB_WRITE: {
-		const xfer_rmr_t *r = s->u.write.dst;
-		const struct wire_rkey *rk = &r->nic[n % r->nnics];
 		xfer_mr_t *src = s->u.write.src ? s->u.write.src : e->sink;
-		nw.buf = (uint8_t *)src->buf + s->u.write.src_off;
-		nw.len = s->u.write.len;
-		nw.desc = src->nic[n].desc;
-		nw.raddr = rk->base + s->u.write.dst_off;
-		nw.rkey = rk->key;
-		nw.has_imm = !!(s->flags & XFER_F_IMM);
-		nw.imm = s->imm;
+		/* Shard i of k: the first len % k shards are one byte longer. */
+		uint64_t k = op->shards, base = s->u.write.len / k, rem = s->u.write.len % k;
+		uint64_t off = i * base + (i < rem ? i : rem);
+		nw->len = base + (i < rem);
+		nw->buf = (uint8_t *)src->buf + s->u.write.src_off + off;
+		nw->desc = src->nic[n].desc;
+		to_region(nw, s->u.write.dst, n, s->u.write.dst_off + off);
 		break;
 	}
 	case SUB_PAGED: {
 		const struct xfer_paged_write *pw = &s->u.paged;
-		const xfer_rmr_t *r = pw->dst;
-		const struct wire_rkey *rk = &r->nic[n % r->nnics];
-		uint32_t i = op->posted;
 		/* Bounds were proven at submission; these cannot overflow. */
-		nw.buf = (uint8_t *)pw->src->buf + pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
-		nw.len = pw->page_len;
-		nw.desc = pw->src->nic[n].desc;
-		nw.raddr = rk->base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride;
-		nw.rkey = rk->key;
-		nw.has_imm = !!(s->flags & XFER_F_IMM);
-		nw.imm = s->imm;
+		nw->buf = (uint8_t *)pw->src->buf + pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
+		nw->len = pw->page_len;
+		nw->desc = pw->src->nic[n].desc;
+		to_region(nw, pw->dst, n, pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride);
 		break;
 	}
+	case SUB_SCATTER: {
+		const struct xfer_scatter_entry *en = &s->u.scatter.entries[i];
+		p = &e->peers[s->u.scatter.group->peers[en->member]];
+		if (!peer_usable(p))
+			return -XFER_EPEER;
+		xfer_mr_t *src = s->u.scatter.src ? s->u.scatter.src : e->sink;
+		nw->buf = (uint8_t *)src->buf + (en->len ? en->src_off : 0);
+		nw->len = en->len;
+		nw->desc = src->nic[n].desc;
+		to_region(nw, en->dst, n, en->dst_off);
+		break;
+	}
+	case SUB_BARRIER:
+		p = &e->peers[s->u.barrier.group->peers[i]];
+		if (!peer_usable(p))
+			return -XFER_EPEER;
+		nw->buf = e->sink->buf;
+		nw->desc = e->sink->nic[n].desc;
+		nw->raddr = p->sink[n].base;
+		nw->rkey = p->sink[n].key;
+		nw->has_imm = 1;
+		break;
+	case SUB_SEND:
+		break;
 	default:
 		return -EINVAL;
 	}
-	relaxed_inc(&e->st.bytes_written, nw.len);
-	return e->ops.post_write(nic, &nw, wr);
+	if (!peer_usable(p))
+		return -XFER_EPEER;
+	nw->dest = p->dest[n];
+	return 0;
+}
+
+static int post_send_op(struct worker *w, struct op *op, struct wr *wr, unsigned n)
+{
+	xfer_engine_t *e = w->e;
+	const struct sub *s = &op->s;
+	const struct peer *p = &e->peers[s->peer];
+	if (!peer_usable(p))
+		return -XFER_EPEER;
+	if (op->send_buf == UINT32_MAX) {
+		if (!w->nfree_send)
+			return -EAGAIN;
+		op->send_buf = w->free_send[--w->nfree_send];
+		uint8_t *b = e->send_bufs + (size_t)op->send_buf * e->slot_bytes;
+		uint32_t hdr[4] = {MSG_MAGIC, s->u.send.len, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
+		memcpy(b, hdr, MSG_HDR_BYTES);
+		if (s->u.send.len)
+			memcpy(b + MSG_HDR_BYTES, s->u.send.buf, s->u.send.len);
+	}
+	return e->ops.post_send(&e->nics[n], p->dest[n], e->send_bufs + (size_t)op->send_buf * e->slot_bytes,
+				MSG_HDR_BYTES + s->u.send.len, e->send_mr->nic[n].desc, wr);
+}
+
+static bool multi_peer(const struct op *op)
+{
+	return op->s.kind == SUB_SCATTER || op->s.kind == SUB_BARRIER;
+}
+
+static void set_entry_status(struct op *op, uint32_t i, int status)
+{
+	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status)
+		op->s.u.scatter.status[i] = status;
 }
 
 /* Posts as much of op as credits allow. -EAGAIN: stalled, try later. */
@@ -229,22 +299,42 @@ static int op_post(struct worker *w, struct op *op)
 {
 	xfer_engine_t *e = w->e;
 	while (op->posted < op->total) {
-		unsigned n = (op->nic_base + op->posted) % e->nnics;
+		uint32_t i = op->posted;
+		unsigned n = wr_nic(e, op, i);
 		if (!w->credits[n])
 			return -EAGAIN;
-		struct wr *wr = wr_get(w);
-		if (!wr)
-			return -EAGAIN;
-		wr->op = op;
-		wr->nic = (uint8_t)n;
-		wr->kind = WR_OP;
-		int ret = post_one(w, op, wr, n);
+		struct nic_write nw = {0};
+		int ret = 0;
+		struct wr *wr = NULL;
+		if (op->s.kind != SUB_SEND)
+			ret = build(w, op, i, n, &nw);
+		if (!ret) {
+			wr = wr_get(w);
+			if (!wr)
+				return -EAGAIN;
+			wr->op = op;
+			wr->nic = (uint8_t)n;
+			wr->kind = WR_OP;
+			wr->slot = i;
+			ret = op->s.kind == SUB_SEND ? post_send_op(w, op, wr, n) : e->ops.post_write(&e->nics[n], &nw, wr);
+		}
 		if (ret == -EAGAIN) {
-			wr_put(w, wr);
+			if (wr)
+				wr_put(w, wr);
 			return -EAGAIN;
 		}
 		if (ret < 0) {
-			wr_put(w, wr);
+			if (wr)
+				wr_put(w, wr);
+			if (multi_peer(op)) {
+				/* One member's failure does not stop the others. */
+				set_entry_status(op, i, ret);
+				if (op->status == 0)
+					op->status = ret;
+				op->posted++;
+				op->done++;
+				continue;
+			}
 			op_fail(op, ret);
 			break;
 		}
@@ -257,6 +347,7 @@ static int op_post(struct worker *w, struct op *op)
 		}
 		op->posted++;
 		relaxed_inc(&e->st.wrs_posted, 1);
+		relaxed_inc(&e->st.bytes_written, nw.len);
 	}
 	return 0;
 }
@@ -287,7 +378,25 @@ static void accept_op(struct worker *w, const struct sub *s)
 	op->send_buf = UINT32_MAX;
 	if (s->t_call)
 		op->t_deq = now_ns();
-	op->total = s->kind == SUB_PAGED ? s->u.paged.npages : 1;
+	op->shards = 1;
+	switch (s->kind) {
+	case SUB_PAGED:
+		op->total = s->u.paged.npages;
+		break;
+	case SUB_SCATTER:
+		op->total = s->u.scatter.n;
+		break;
+	case SUB_BARRIER:
+		op->total = s->u.barrier.group->n;
+		break;
+	case SUB_WRITE:
+		if (s->flags & XFER_F_SHARD)
+			op->shards = (uint8_t)xfer_peer_shards(w->e, s->peer);
+		op->total = op->shards;
+		break;
+	default:
+		op->total = 1;
+	}
 	op->nic_base = (uint8_t)(w->rr_nic++ % w->e->nnics);
 	worker_note_deadline(w, s->deadline_ns);
 	/* Append to the live list (deadline scans) and the posting FIFO. */
@@ -314,6 +423,9 @@ static void handle_sub(struct worker *w, const struct sub *s)
 		break;
 	case SUB_EXPECT:
 		imm_arm(w, s);
+		break;
+	case SUB_CANCEL:
+		cancel_start(w, s);
 		break;
 	default:
 		accept_op(w, s);
@@ -363,6 +475,10 @@ static void on_recv(struct worker *w, struct wr *wr, const struct nic_event *ev)
 		return;
 	}
 	memcpy(hdr, b, MSG_HDR_BYTES);
+	if (ev->len == MSG_HDR_BYTES && hdr[0] == MSG_MAGIC_HB) {
+		repost_recv(w, wr);
+		return;
+	}
 	if (ev->len < MSG_HDR_BYTES || hdr[0] != MSG_MAGIC || hdr[1] > e->attr.msg_max ||
 	    (size_t)hdr[1] + MSG_HDR_BYTES != ev->len) {
 		xwarn("dropping malformed message of %zu bytes", ev->len);
@@ -384,11 +500,30 @@ static void on_recv(struct worker *w, struct wr *wr, const struct nic_event *ev)
 static void on_tx(struct worker *w, struct wr *wr, int status)
 {
 	struct op *op = wr->op;
+	uint32_t i = wr->slot;
+	if (wr->kind == WR_HB) {
+		hb_done(w, wr, status);
+		return;
+	}
 	w->credits[wr->nic]++;
 	wr_put(w, wr);
 	op->done++;
-	if (status < 0)
-		op_fail(op, status);
+	set_entry_status(op, i, status);
+	if (status < 0) {
+		uint32_t peer = op->s.peer;
+		if (multi_peer(op)) {
+			if (op->status == 0)
+				op->status = status;
+			if (op->s.kind == SUB_SCATTER)
+				peer = op->s.u.scatter.group->peers[op->s.u.scatter.entries[i].member];
+			else
+				peer = op->s.u.barrier.group->peers[i];
+		} else {
+			op_fail(op, status);
+		}
+		if (is_peer_failure(status) && peer != XFER_PEER_NONE)
+			peer_down(w, peer, status);
+	}
 	op_maybe_finish(w, op);
 }
 
@@ -437,9 +572,8 @@ static void expire_ops(struct worker *w, uint64_t now, uint64_t *next)
 		}
 		/* Tell the user now; requests already posted may still land, so the
 		 * op keeps its region and peer references until they drain. */
-		op->user_done = true;
 		op_fail(op, -ETIMEDOUT);
-		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, -ETIMEDOUT, op->s.kind);
+		op_complete_early(w, op, -ETIMEDOUT);
 	}
 }
 
@@ -448,6 +582,8 @@ static uint64_t scan_deadlines(struct worker *w, uint64_t now)
 	uint64_t next = UINT64_MAX;
 	expire_ops(w, now, &next);
 	imm_expire(w, now, &next);
+	cancel_expire(w, now, &next);
+	hb_scan(w, now, &next);
 	return next;
 }
 
@@ -523,6 +659,7 @@ void worker_quiesce(struct worker *w, int status)
 	}
 	w->post_head = w->post_tail = NULL;
 	imm_cancel_all(w, status);
+	cancel_expire(w, UINT64_MAX, &give_up);
 	signal_app(w);
 }
 
@@ -542,7 +679,8 @@ int worker_setup_buffers(struct worker *w)
 	w->free_send = calloc(SEND_BUFS, sizeof(*w->free_send));
 	w->ov_cap = e->attr.max_ops + e->attr.imm_slots + e->attr.submit_depth + 16;
 	w->overflow = calloc(w->ov_cap, sizeof(*w->overflow));
-	if (!w->ops || !w->wrs || !w->recv_wrs || !w->free_send || !w->overflow)
+	w->hb = calloc(e->max_peers, sizeof(*w->hb));
+	if (!w->ops || !w->wrs || !w->recv_wrs || !w->free_send || !w->overflow || !w->hb)
 		return -ENOMEM;
 	int ret = imm_table_init(&w->imm, e->attr.imm_slots);
 	if (ret)

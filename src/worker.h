@@ -1,17 +1,19 @@
 /* The worker's private state: operation pool, posting credits, immediate
- * counters. Only the worker thread touches it. */
+ * counters, cancellations, peer liveness. Only the worker thread touches it. */
 #ifndef XFER_WORKER_H
 #define XFER_WORKER_H
 
 #include "engine.h"
 
-enum wr_kind { WR_OP, WR_RECV };
+enum wr_kind { WR_OP, WR_RECV, WR_HB };
+
+#define MAX_CANCELS 64
 
 /* One posted request; the backend's context must come first. */
 struct wr {
 	_Alignas(16) unsigned char prov[NIC_CTX_BYTES];
 	struct op *op;
-	uint32_t slot; /* receive slot for WR_RECV */
+	uint32_t slot; /* receive slot (WR_RECV), request index (WR_OP), peer (WR_HB) */
 	uint8_t nic;
 	uint8_t kind;
 	struct wr *next_free;
@@ -25,10 +27,26 @@ struct op {
 	int32_t status;
 	uint32_t send_buf;
 	uint8_t nic_base;
-	uint64_t t_deq, t_first, t_last; /* tracing */
-	bool user_done; /* the user already got its completion (deadline) */
+	uint8_t shards;
+	bool user_done; /* the user already got its completion (deadline, peer death) */
 	bool queued;    /* in the posting FIFO */
 	bool live;
+	uint64_t cancels; /* bit i: cancel record i waits for this op */
+	uint64_t t_deq, t_first, t_last; /* tracing */
+};
+
+struct cancel_rec {
+	bool used;
+	uint64_t tag;
+	uint32_t waiting, cut;
+	uint64_t deadline_ns, user_data;
+	xfer_complete_fn cb;
+	void *cb_ctx;
+};
+
+struct peer_hb {
+	uint64_t sent_at;
+	bool outstanding;
 };
 
 struct worker {
@@ -43,6 +61,9 @@ struct worker {
 	uint32_t nlive;
 	uint32_t *free_send, nfree_send;
 	struct imm_table imm;
+	struct cancel_rec cancels[MAX_CANCELS];
+	uint32_t ncancels;
+	struct peer_hb *hb;
 	struct xfer_cqe *overflow;
 	uint32_t ov_head, ov_count, ov_cap;
 	uint64_t next_scan_ns;
@@ -66,9 +87,26 @@ int imm_disarm(struct worker *w, uint32_t imm, uint32_t *arrived);
 void imm_expire(struct worker *w, uint64_t now, uint64_t *next_deadline);
 void imm_cancel_all(struct worker *w, int status);
 
-/* worker.c, shared with imm_counters.c */
-void worker_note_deadline(struct worker *w, uint64_t deadline_ns);
+/* liveness.c */
+void hb_scan(struct worker *w, uint64_t now, uint64_t *next_deadline);
+void hb_done(struct worker *w, struct wr *wr, int status);
+void peer_down(struct worker *w, uint32_t peer, int reason);
+bool is_peer_failure(int status);
+
+/* cancel.c */
+void cancel_start(struct worker *w, const struct sub *s);
+void cancel_op_finished(struct worker *w, struct op *op);
+void cancel_expire(struct worker *w, uint64_t now, uint64_t *next_deadline);
+
+/* worker.c, shared with the files above */
 void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t user_data, int res,
 		    uint32_t kind);
+void worker_note_deadline(struct worker *w, uint64_t deadline_ns);
+/* Stops posting the rest of op; what is posted still completes normally. */
+void op_fail(struct op *op, int status);
+/* Tells the user now (deadline, peer death); the op lives on until drained. */
+void op_complete_early(struct worker *w, struct op *op, int status);
+struct wr *wr_get(struct worker *w);
+void wr_put(struct worker *w, struct wr *wr);
 
 #endif

@@ -168,6 +168,7 @@ void worker_destroy(xfer_engine_t *e)
 	free(w->recv_wrs);
 	free(w->free_send);
 	free(w->overflow);
+	free(w->hb);
 	free(w);
 	e->w = NULL;
 }
