@@ -62,6 +62,7 @@ struct xfer_attr {
 	uint32_t recv_count;   /* bouncing receive buffers per NIC */
 	uint32_t msg_max;      /* largest SEND payload in bytes */
 	uint32_t imm_slots;    /* distinct immediate values tracked at once */
+	uint32_t max_regions;  /* registered regions at once (-ENOSPC past it) */
 	uint32_t spin_us;      /* worker busy-polls this long before sleeping */
 	uint64_t timeout_ms;   /* default deadline of waits and operations */
 	int log_level;         /* 0 error, 1 warn, 2 info, 3 debug */
@@ -92,6 +93,19 @@ const char *xfer_engine_provider(const xfer_engine_t *e);
 unsigned xfer_engine_nic_count(const xfer_engine_t *e);
 /* Domain (interface) name of NIC i, e.g. "lo"; NULL past the last. */
 const char *xfer_engine_nic_name(const xfer_engine_t *e, unsigned i);
+
+struct xfer_nic_info {
+	char provider[32];
+	char domain[64];
+	uint32_t tx_depth, rx_depth;
+	uint64_t max_msg;
+	/* 1: a write completes once its data is at the target, and a write the
+	 * target rejects completes with an error. 0 (shm): completes once sent;
+	 * a rejected write still lands nothing, but the writer is not told. */
+	int delivery_complete;
+	const char *gpu_path; /* "native" (FI_HMEM) or "staged" through host memory */
+};
+int xfer_engine_nic_info(const xfer_engine_t *e, unsigned i, struct xfer_nic_info *out);
 
 /* Serializes the engine address. Returns the length, or -ENOSPC if cap is too
  * small (with the required length in *need when need is not NULL). */
@@ -182,7 +196,8 @@ struct xfer_completion {
 	uint64_t tag;        /* groups operations for xfer_cancel; 0: none */
 };
 
-/* SEND of len <= msg_max bytes; the peer receives it in a bouncing buffer. */
+/* SEND of len bytes, at most our msg_max and the peer's (-EMSGSIZE); the
+ * peer receives it in a bouncing buffer. */
 int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 	      const struct xfer_completion *c);
 

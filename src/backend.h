@@ -6,6 +6,7 @@
 #ifndef XFER_BACKEND_H
 #define XFER_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,7 @@ struct xfer_nic {
 	uint64_t max_msg;   /* largest single transfer */
 	uint32_t key_bits;  /* width of application-chosen keys; 0 if the provider picks */
 	const char *hmem;   /* how GPU memory would travel: "native" or "staged" */
+	bool delivery_complete; /* a completion means the data is at the target */
 };
 
 /* Fills every NULL slot of ops with a stub that fails with -EOPNOTSUPP. */

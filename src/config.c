@@ -29,6 +29,7 @@ void xfer_attr_init(struct xfer_attr *a)
 	a->recv_count = 64;
 	a->msg_max = 8192;
 	a->imm_slots = 4096;
+	a->max_regions = 65536;
 	a->spin_us = 50;
 	a->timeout_ms = 60000;
 	a->log_level = XFER_LOG_WARN;
@@ -48,6 +49,7 @@ void xfer_attr_init(struct xfer_attr *a)
 	env_u32("XFER_RECV_COUNT", &a->recv_count);
 	env_u32("XFER_MSG_MAX", &a->msg_max);
 	env_u32("XFER_IMM_SLOTS", &a->imm_slots);
+	env_u32("XFER_MAX_REGIONS", &a->max_regions);
 	env_u32("XFER_SPIN_US", &a->spin_us);
 	env_u32("XFER_TIMEOUT_MS", &timeout);
 	env_u32("XFER_LOG_LEVEL", &level);

@@ -129,8 +129,8 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 	if (ret)
 		return ret;
 	size_t recv_bytes = (size_t)e->recv_slots * e->slot_bytes;
-	/* One slot more than SEND_BUFS holds the liveness probe, which never changes. */
-	size_t send_bytes = (size_t)(SEND_BUFS + 1) * e->slot_bytes;
+	/* Two slots past SEND_BUFS hold the liveness PING and PONG, which never change. */
+	size_t send_bytes = (size_t)(SEND_BUFS + 2) * e->slot_bytes;
 	e->recv_bufs = aligned_alloc(4096, (recv_bytes + 4095) & ~(size_t)4095);
 	e->send_bufs = aligned_alloc(4096, (send_bytes + 4095) & ~(size_t)4095);
 	void *sink = aligned_alloc(64, SINK_BYTES);
@@ -141,6 +141,8 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 	memset(sink, 0, SINK_BYTES);
 	uint32_t probe[4] = {MSG_MAGIC_HB, 0, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
 	memcpy(e->send_bufs + (size_t)SEND_BUFS * e->slot_bytes, probe, sizeof(probe));
+	probe[0] = MSG_MAGIC_PONG;
+	memcpy(e->send_bufs + (size_t)(SEND_BUFS + 1) * e->slot_bytes, probe, sizeof(probe));
 	if ((ret = reg_internal(e, sink, SINK_BYTES, &e->sink)))
 		return free(sink), ret;
 	if ((ret = reg_internal(e, e->recv_bufs, recv_bytes, &e->recv_mr)))
@@ -183,7 +185,7 @@ static int validate_attr(const struct xfer_attr *a)
 		return -EINVAL;
 	if (!a->recv_count || a->recv_count > 65536 || a->msg_max > (1u << 24))
 		return -EINVAL;
-	if (!a->imm_slots || a->imm_slots > (1u << 22))
+	if (!a->imm_slots || a->imm_slots > (1u << 22) || !a->max_regions)
 		return -EINVAL;
 	return 0;
 }
@@ -330,7 +332,7 @@ const char *xfer_engine_nic_name(const xfer_engine_t *e, unsigned i)
 
 int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need)
 {
-	struct wire_addr a = {.engine_id = e->id, .nnics = (uint8_t)e->nnics};
+	struct wire_addr a = {.engine_id = e->id, .nnics = (uint8_t)e->nnics, .msg_max = e->attr.msg_max};
 	if (atomic_load(&e->stopped))
 		return -ESHUTDOWN;
 	snprintf(a.provider, sizeof(a.provider), "%s", e->nics[0].provider);
@@ -372,4 +374,20 @@ int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)
 	while (n < max && mpmc_pop(&e->traces, &out[n]))
 		n++;
 	return n;
+}
+
+int xfer_engine_nic_info(const xfer_engine_t *e, unsigned i, struct xfer_nic_info *out)
+{
+	if (!e || !out || i >= e->nnics)
+		return -EINVAL;
+	const struct xfer_nic *n = &e->nics[i];
+	memset(out, 0, sizeof(*out));
+	snprintf(out->provider, sizeof(out->provider), "%s", n->provider);
+	snprintf(out->domain, sizeof(out->domain), "%s", n->domain);
+	out->tx_depth = n->tx_size;
+	out->rx_depth = n->rx_size;
+	out->max_msg = n->max_msg;
+	out->delivery_complete = n->delivery_complete;
+	out->gpu_path = n->hmem;
+	return 0;
 }

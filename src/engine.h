@@ -18,7 +18,8 @@
 
 #define MSG_HDR_BYTES 16
 #define MSG_MAGIC 0x58464d53u    /* "XFMS": an application message */
-#define MSG_MAGIC_HB 0x58464842u /* "XFHB": a liveness probe, never delivered */
+#define MSG_MAGIC_HB 0x58464842u   /* "XFHB": a liveness probe, never delivered */
+#define MSG_MAGIC_PONG 0x58465047u /* "XFPG": the answer to a probe */
 #define SEND_BUFS 128
 #define SINK_BYTES 64
 #define MAX_PEERS_DEFAULT 1024
@@ -116,6 +117,7 @@ struct peer {
 	_Atomic int state;
 	atomic_uint inflight;
 	uint64_t engine_id;
+	uint32_t msg_max;
 	uint8_t nnics;
 	uint64_t dest[XFER_NIC_MAX];      /* per local NIC */
 	struct wire_rkey sink[XFER_NIC_MAX]; /* per local NIC */
@@ -153,6 +155,7 @@ struct xfer_engine {
 	pthread_mutex_t ctl_lock; /* serializes control calls, never the data path */
 
 	xfer_mr_t user_mrs;  /* sentinel of the list of user regions */
+	uint32_t nregions;
 	xfer_mr_t *sink;     /* target of immediate-only writes */
 	xfer_mr_t *recv_mr;  /* bouncing receive buffers, all NICs */
 	xfer_mr_t *send_mr;  /* bounce buffers for outgoing SENDs */

@@ -53,6 +53,7 @@ static void list_del(xfer_mr_t *mr)
 {
 	if (!mr->next)
 		return;
+	mr->e->nregions--;
 	mr->prev->next = mr->next;
 	mr->next->prev = mr->prev;
 	mr->next = mr->prev = NULL;
@@ -82,9 +83,13 @@ void mr_free_all(xfer_engine_t *e)
 static int reg_on_worker(xfer_engine_t *e, void *arg)
 {
 	xfer_mr_t *mr = arg;
+	if (e->nregions >= e->attr.max_regions)
+		return -ENOSPC;
 	int ret = mr_register_on_nics(e, mr);
-	if (!ret)
+	if (!ret) {
 		list_add(e, mr);
+		e->nregions++;
+	}
 	return ret;
 }
 

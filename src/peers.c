@@ -38,7 +38,10 @@ static int add_on_worker(xfer_engine_t *e, void *arg)
 	}
 	p->engine_id = a->engine_id;
 	p->nnics = a->nnics;
+	p->msg_max = a->msg_max;
 	e->w->hb[i] = (struct peer_hb){.sent_at = now_ns()};
+	e->w->hb[i].last_pong = e->w->hb[i].sent_at;
+	worker_note_deadline(e->w, 0); /* let the next scan schedule its heartbeats */
 	atomic_store(&p->inflight, 0);
 	atomic_store(&p->state, PEER_LIVE);
 	pa->index = i;
@@ -72,6 +75,10 @@ static int remove_on_worker(xfer_engine_t *e, void *arg)
 		return -EBUSY;
 	for (unsigned n = 0; n < e->nnics; n++)
 		e->ops.av_remove(&e->nics[n], p->dest[n]);
+	struct peer_hb *h = &e->w->hb[*(xfer_peer_t *)arg];
+	if (h->suspect)
+		e->w->nsuspect--;
+	*h = (struct peer_hb){0};
 	atomic_store(&p->state, PEER_FREE);
 	return 0;
 }

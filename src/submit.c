@@ -11,6 +11,13 @@ static inline uint64_t trace_clock(xfer_engine_t *e)
 	return e && atomic_load_explicit(&e->tracing, memory_order_relaxed) ? now_ns() : 0;
 }
 
+/* Checked first so that a stopped engine says so rather than reporting the
+ * regions it released as invalid. */
+static inline bool stopped(xfer_engine_t *e)
+{
+	return atomic_load_explicit(&e->stopping, memory_order_relaxed);
+}
+
 static inline bool range_ok(uint64_t off, uint64_t len, uint64_t size)
 {
 	return off <= size && len <= size - off;
@@ -138,10 +145,17 @@ int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 	uint64_t t_call = trace_clock(e);
 	if (!e || (len && !buf))
 		return -EINVAL;
+	if (stopped(e))
+		return -ESHUTDOWN;
 	if (len > e->attr.msg_max)
 		return -EMSGSIZE;
-	if (!live_peer(e, peer))
+	struct peer *p = live_peer(e, peer);
+	if (!p)
 		return peer_error(e, peer);
+	/* The receiver's buffers are as large as its address says: a larger
+	 * message would be truncated there, so it is refused here. */
+	if (len > p->msg_max)
+		return -EMSGSIZE;
 	struct sub s = {.kind = SUB_SEND, .peer = peer};
 	s.u.send.buf = buf;
 	s.u.send.len = (uint32_t)len;
@@ -154,6 +168,8 @@ int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_c
 	uint64_t t_call = trace_clock(e);
 	if (!e || !w)
 		return -EINVAL;
+	if (stopped(e))
+		return -ESHUTDOWN;
 	int ret = check_flags(e, w->flags, XFER_F_SHARD);
 	if (ret)
 		return ret;
@@ -187,6 +203,8 @@ int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
 	uint64_t t_call = trace_clock(e);
 	if (!e || !w || !w->src || !w->npages || !w->src_pages || !w->dst_pages)
 		return -EINVAL;
+	if (stopped(e))
+		return -ESHUTDOWN;
 	if (w->src->e != e || !w->src->registered)
 		return -EINVAL;
 	int ret = check_flags(e, w->flags, 0);
@@ -273,6 +291,8 @@ int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *s
 	uint64_t t_call = trace_clock(e);
 	if (!e || !g || g->e != e || !sc || !sc->n || !sc->entries)
 		return -EINVAL;
+	if (stopped(e))
+		return -ESHUTDOWN;
 	int ret = check_flags(e, sc->flags, 0);
 	if (ret)
 		return ret;

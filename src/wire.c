@@ -115,6 +115,7 @@ int wire_addr_encode(const struct wire_addr *a, void *buf, size_t cap, size_t *n
 	put_u(&c, a->engine_id, 8);
 	put_u(&c, plen, 1);
 	put(&c, a->provider, plen);
+	put_u(&c, a->msg_max, 4);
 	put_u(&c, a->nnics, 1);
 	for (unsigned i = 0; i < a->nnics; i++) {
 		const struct wire_nic_addr *n = &a->nic[i];
@@ -142,6 +143,7 @@ int wire_addr_decode(const void *buf, size_t len, struct wire_addr *out)
 	get(&c, out->provider, plen);
 	if (memchr(out->provider, 0, plen))
 		return -XFER_EBADWIRE;
+	out->msg_max = (uint32_t)get_u(&c, 4);
 	out->nnics = (uint8_t)get_u(&c, 1);
 	if (out->nnics == 0 || out->nnics > XFER_NIC_MAX)
 		return -XFER_EBADWIRE;

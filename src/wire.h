@@ -22,6 +22,7 @@ struct wire_nic_addr {
 struct wire_addr {
 	uint64_t engine_id;
 	char provider[WIRE_PROV_MAX]; /* NUL-terminated */
+	uint32_t msg_max;             /* largest SEND it can receive */
 	uint8_t nnics;
 	struct wire_nic_addr nic[XFER_NIC_MAX];
 };

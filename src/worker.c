@@ -475,8 +475,9 @@ static void on_recv(struct worker *w, struct wr *wr, const struct nic_event *ev)
 		return;
 	}
 	memcpy(hdr, b, MSG_HDR_BYTES);
-	if (ev->len == MSG_HDR_BYTES && hdr[0] == MSG_MAGIC_HB) {
+	if (ev->len == MSG_HDR_BYTES && (hdr[0] == MSG_MAGIC_HB || hdr[0] == MSG_MAGIC_PONG)) {
 		repost_recv(w, wr);
+		hb_message(w, hdr[0], (uint64_t)hdr[2] | (uint64_t)hdr[3] << 32);
 		return;
 	}
 	if (ev->len < MSG_HDR_BYTES || hdr[0] != MSG_MAGIC || hdr[1] > e->attr.msg_max ||
@@ -501,7 +502,7 @@ static void on_tx(struct worker *w, struct wr *wr, int status)
 {
 	struct op *op = wr->op;
 	uint32_t i = wr->slot;
-	if (wr->kind == WR_HB) {
+	if (wr->kind == WR_HB || wr->kind == WR_PONG) {
 		hb_done(w, wr, status);
 		return;
 	}
@@ -522,7 +523,7 @@ static void on_tx(struct worker *w, struct wr *wr, int status)
 			op_fail(op, status);
 		}
 		if (is_peer_failure(status) && peer != XFER_PEER_NONE)
-			peer_down(w, peer, status);
+			peer_suspect(w, peer, status);
 	}
 	op_maybe_finish(w, op);
 }

@@ -5,7 +5,7 @@
 
 #include "engine.h"
 
-enum wr_kind { WR_OP, WR_RECV, WR_HB };
+enum wr_kind { WR_OP, WR_RECV, WR_HB, WR_PONG };
 
 #define MAX_CANCELS 64
 
@@ -45,9 +45,17 @@ struct cancel_rec {
 };
 
 struct peer_hb {
-	uint64_t sent_at;
-	bool outstanding;
+	uint64_t sent_at;     /* last PING */
+	uint64_t last_pong;
+	uint64_t suspect_since, next_probe;
+	uint64_t stalled_since; /* PINGs refused with -EAGAIN since then */
+	bool outstanding;     /* a PING not yet completed */
+	bool pong_capable;    /* the peer has answered a PING */
+	bool suspect;
 };
+
+/* How long a probe sent on suspicion may stay unanswered with heartbeats off. */
+#define SUSPECT_PROBE_MS 2000
 
 struct worker {
 	xfer_engine_t *e;
@@ -64,6 +72,7 @@ struct worker {
 	struct cancel_rec cancels[MAX_CANCELS];
 	uint32_t ncancels;
 	struct peer_hb *hb;
+	uint32_t nsuspect;
 	struct xfer_cqe *overflow;
 	uint32_t ov_head, ov_count, ov_cap;
 	uint64_t next_scan_ns;
@@ -90,7 +99,9 @@ void imm_cancel_all(struct worker *w, int status);
 /* liveness.c */
 void hb_scan(struct worker *w, uint64_t now, uint64_t *next_deadline);
 void hb_done(struct worker *w, struct wr *wr, int status);
+void hb_message(struct worker *w, uint32_t magic, uint64_t src_id);
 void peer_down(struct worker *w, uint32_t peer, int reason);
+void peer_suspect(struct worker *w, uint32_t peer, int reason);
 bool is_peer_failure(int status);
 
 /* cancel.c */

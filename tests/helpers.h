@@ -43,6 +43,8 @@ xfer_engine_t *t_engine(const struct xfer_attr *a);
 
 /* Runs fn in `n` child processes, each with its own socket to the parent,
  * and parent_fn in this one; returns 0 when every process succeeded. */
+/* Child index allowed to die by a signal (a case that kills it); -1: none. */
+extern int t_child_may_die;
 typedef int (*t_proc_fn)(int idx, int fd, void *arg);
 typedef int (*t_parent_fn)(int n, const int *fds, void *arg);
 int t_run_procs(int n, t_proc_fn child, t_parent_fn parent, void *arg);

@@ -3,6 +3,7 @@
  * specific to one provider: behaviour follows the bits the provider returns. */
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,12 +68,26 @@ static struct fi_info *make_hints(const char *prov, uint64_t op_flags)
 	return h;
 }
 
+/* Providers whose delivery-complete mode is worse than none. shm 1.17 never
+ * completes a write that the target rejects (bad key) when asked for
+ * delivery-complete, and the endpoint stops completing anything after it;
+ * without it, a rejected write completes as sent (nothing lands). */
+static bool delivery_complete_broken(const char *prov)
+{
+	return !strcmp(prov, "shm");
+}
+
 /* Returns the matching fi_info list for one provider, trying delivery-complete
- * first: with it a remote write the target rejects is reported to us. */
+ * first: with it a remote write the target rejects is reported to us.
+ * XFER_OFI_DELIVERY_COMPLETE=0/1 overrides the choice. */
 static struct fi_info *query(const char *prov)
 {
 	static const uint64_t tries[] = {FI_DELIVERY_COMPLETE, 0};
-	for (size_t t = 0; t < sizeof(tries) / sizeof(tries[0]); t++) {
+	const char *dc = getenv("XFER_OFI_DELIVERY_COMPLETE");
+	size_t first = delivery_complete_broken(prov) ? 1 : 0;
+	if (dc && *dc)
+		first = !strcmp(dc, "0") ? 1 : 0;
+	for (size_t t = first; t < sizeof(tries) / sizeof(tries[0]); t++) {
 		struct fi_info *h = make_hints(prov, tries[t]), *list = NULL;
 		if (!h)
 			return NULL;
@@ -202,6 +217,7 @@ static int ofi_open(struct xfer_nic *nic, const char *provider, const char *doma
 	nic->max_msg = fi->ep_attr->max_msg_size;
 	nic->key_bits = (o->mr_mode & FI_MR_PROV_KEY) ? 0 : (uint32_t)(fi->domain_attr->mr_key_size * 8);
 	nic->hmem = (fi->caps & FI_HMEM) ? "native" : "staged";
+	nic->delivery_complete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
 	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d", nic->index, nic->provider,
 	      nic->domain, (unsigned long long)o->mr_mode, nic->tx_size, nic->rx_size, o->wait_fd);
 	return 0;

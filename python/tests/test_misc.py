@@ -1,0 +1,239 @@
+"""Leaks, library lookup, the ABI mirror of xfer.h, and torch (CPU and CUDA)."""
+from __future__ import annotations
+
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xfer
+from xfer import _lib
+from conftest import make_engine
+
+pytestmark = pytest.mark.local
+
+PKG_DIR = Path(xfer.__file__).resolve().parent
+REPO = PKG_DIR.parent.parent
+HEADER = Path(os.environ.get("XFER_INCLUDE_DIR", REPO / "include")) / "xfer.h"
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_no_leak_over_10000_register_cycles() -> None:
+    with make_engine("tcp") as e:
+        peer = e.add_peer(e.address)
+        buf = np.zeros(16384, np.uint8)
+
+        def cycle(i: int) -> None:
+            if i % 4 == 3:
+                r = e.register(buf[(i % 8) * 1024 :])
+                del r  # collected: deregisters itself
+            else:
+                with e.register(buf[(i % 8) * 1024 :]) as r:
+                    desc = r.descriptor
+                    if i % 4 == 1:
+                        e.import_region(peer, desc).close()
+
+        for i in range(1000):  # warm-up: allocator and caches reach steady state
+            cycle(i)
+        gc.collect()
+        base = rss_bytes()
+        for i in range(10000):
+            cycle(i)
+        gc.collect()
+        grown = rss_bytes() - base
+        assert e.region_count == 0, f"{e.region_count} regions still registered"
+        assert e.remote_region_count == 0, f"{e.remote_region_count} imported regions still held"
+        assert e.pending_count == 0
+        # 10,000 leaked regions would be >= 10000 * (C struct + Python objects) ~ several MiB.
+        assert grown < 2 * 1024 * 1024, f"RSS grew by {grown / 1024:.0f} KiB over 10,000 cycles"
+
+
+def _run_import(env_extra: dict, pythonpath: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XFER_LIBRARY"}
+    env.update(env_extra)
+    env["PYTHONPATH"] = pythonpath
+    return subprocess.run(
+        [sys.executable, "-c", "import xfer; print(xfer.LIBRARY_PATH)"],
+        env=env, capture_output=True, text=True, timeout=60, cwd="/",
+    )
+
+
+def test_library_lookup_errors_are_clear(tmp_path: Path) -> None:
+    r = _run_import({"XFER_LIBRARY": str(tmp_path / "nope" / "libxfer.so")}, str(PKG_DIR.parent))
+    assert r.returncode != 0
+    assert "cannot load libxfer.so" in r.stderr and "$XFER_LIBRARY" in r.stderr and "does not exist" in r.stderr
+
+
+def test_library_lookup_order(tmp_path: Path) -> None:
+    current = xfer.LIBRARY_PATH
+    # $XFER_LIBRARY wins.
+    r = _run_import({"XFER_LIBRARY": current}, str(PKG_DIR.parent))
+    assert r.returncode == 0 and r.stdout.strip() == current, r.stderr
+    # A copy bundled in the package comes next.
+    pkg = tmp_path / "site" / "xfer"
+    shutil.copytree(PKG_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__", "lib", "_build_info.py"))
+    (pkg / "lib").mkdir()
+    shutil.copy(current, pkg / "lib" / "libxfer.so")
+    r = _run_import({}, str(pkg.parent))
+    assert r.returncode == 0 and r.stdout.strip() == str(pkg / "lib" / "libxfer.so"), r.stderr
+    # Then, in a source checkout, the repository's build/libxfer.so.
+    if (REPO / "build" / "libxfer.so").exists():
+        r = _run_import({}, str(PKG_DIR.parent))
+        assert r.returncode == 0 and r.stdout.strip() == str(REPO / "build" / "libxfer.so"), r.stderr
+
+
+# ------------------------------------------------------------------ the ABI
+
+
+def _c_compiler():
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+@pytest.fixture(scope="module")
+def header_text() -> str:
+    if not HEADER.exists():
+        pytest.skip(f"xfer.h not found at {HEADER} (set XFER_INCLUDE_DIR)")
+    return HEADER.read_text()
+
+
+def test_struct_layouts_match_the_header(tmp_path: Path, header_text: str) -> None:
+    cc = _c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler (cc/gcc/clang) to measure the C layouts")
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "xfer.h"', "int main(void) {"]
+    for cname, cls in _lib.STRUCTS.items():
+        lines.append(f'printf("{cname} . %zu\\n", sizeof(struct {cname}));')
+        for fname, _ in cls._fields_:
+            lines.append(
+                f'printf("{cname} {fname} %zu %zu\\n", offsetof(struct {cname}, {fname}), '
+                f"sizeof(((struct {cname} *)0)->{fname}));"
+            )
+    lines.append("return 0; }")
+    src = tmp_path / "probe.c"
+    src.write_text("\n".join(lines))
+    exe = tmp_path / "probe"
+    r = subprocess.run([cc, "-I", str(HEADER.parent), str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, f"xfer.h no longer has the fields python/xfer/_lib.py mirrors:\n{r.stderr[-3000:]}"
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
+    mismatches = []
+    for line in filter(None, out):
+        parts = line.split()
+        cls = _lib.STRUCTS[parts[0]]
+        if parts[1] == ".":
+            if ctypes_sizeof(cls) != int(parts[2]):
+                mismatches.append(f"sizeof(struct {parts[0]}): C {parts[2]}, Python {ctypes_sizeof(cls)}")
+            continue
+        f = getattr(cls, parts[1])
+        if (f.offset, f.size) != (int(parts[2]), int(parts[3])):
+            mismatches.append(f"{parts[0]}.{parts[1]}: C offset/size {parts[2]}/{parts[3]}, Python {f.offset}/{f.size}")
+    assert not mismatches, "python/xfer/_lib.py is out of step with xfer.h:\n" + "\n".join(mismatches)
+
+
+def ctypes_sizeof(cls) -> int:
+    import ctypes
+
+    return ctypes.sizeof(cls)
+
+
+_RET = {
+    "int": "c_int",
+    "void": "None",
+    "uint64_t": "c_ulong",
+    "uint32_t": "c_uint",
+    "unsigned": "c_uint",
+    "size_t": "c_ulong",
+    "const char *": "c_char_p",
+    "void *": "c_void_p",
+}
+
+
+def test_function_prototypes_match_the_header(header_text: str) -> None:
+    import ctypes
+
+    text = re.sub(r"/\*.*?\*/", "", header_text, flags=re.S)
+    text = re.sub(r"#[^\n]*", "", text)
+    protos = {}
+    for m in re.finditer(r"([A-Za-z_][\w\s\*]*?)\b(xfer_\w+)\s*\(([^()]*)\)\s*;", text):
+        ret, name, args = " ".join(m.group(1).split()), m.group(2), m.group(3).strip()
+        if ret.startswith("typedef"):
+            continue
+        n = 0 if args in ("", "void") else args.count(",") + 1
+        protos[name] = (ret.replace(" *", " *").strip(), n)
+    assert len(protos) > 30, "could not parse xfer.h"
+    wrong = []
+    for name, (ret, n) in protos.items():
+        py_name = "xfer_scatter_submit" if name == "xfer_scatter" else name
+        fn = getattr(_lib, py_name, None)
+        if fn is None or not hasattr(fn, "argtypes"):
+            continue  # not bound (yet): nothing to check
+        if len(fn.argtypes) != n:
+            wrong.append(f"{name}: {n} parameters in xfer.h, {len(fn.argtypes)} in _lib.py")
+        want = _RET.get(ret.replace("const char*", "const char *"))
+        got = "None" if fn.restype is None else fn.restype.__name__
+        if want is not None and got != want and not (want == "c_ulong" and got in ("c_ulong", "c_size_t", "c_uint64")):
+            wrong.append(f"{name}: returns {ret} in xfer.h, {got} in _lib.py")
+    assert not wrong, "\n".join(wrong)
+    bound = [n for n in protos if getattr(_lib, "xfer_scatter_submit" if n == "xfer_scatter" else n, None) is not None]
+    assert len(bound) >= 40
+
+
+# ------------------------------------------------------------------ torch
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def test_torch_cpu_tensor_write() -> None:
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not installed (pip install torch to run the torch tests)")
+    with make_engine("tcp") as a, make_engine("tcp") as b:
+        peer = a.add_peer(b.address)
+        b.add_peer(a.address)
+        src_t = torch.arange(4096, dtype=torch.float32)
+        dst_t = torch.zeros(4096, dtype=torch.float32)
+        src = a.register(src_t)
+        dst_r = b.register(dst_t)
+        assert src.ptr == src_t.data_ptr() and src.nbytes == 4096 * 4 and src.device == xfer.Device("cpu")
+        dst = a.import_region(peer, dst_r.descriptor)
+        idx = torch.arange(16, dtype=torch.int32).flip(0)
+        exp = b.expect_imm(1, 17)
+        a.write(src, dst, 1024, imm=1).result(10)
+        a.write_paged(src, dst, idx, torch.arange(16, dtype=torch.int32), 1024, imm=1).result(10)
+        exp.result(10)
+        want = src_t.view(16, 256).flip(0).reshape(-1)
+        assert torch.equal(dst_t, want)
+        with pytest.raises(xfer.InvalidArgument):
+            a.register(torch.zeros(4, 4).t())  # not contiguous
+
+
+def test_torch_cuda_tensor_is_refused_clearly() -> None:
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not installed: the CUDA registration test needs torch with CUDA")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available here (torch.cuda.is_available() is False)")
+    t = torch.zeros(1024, device="cuda")
+    with make_engine("tcp") as e:
+        with pytest.raises(xfer.NotSupported, match="cuda:0"):
+            e.register(t)
+        assert e.region_count == 0

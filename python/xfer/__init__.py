@@ -1,0 +1,122 @@
+"""xfer: point-to-point RDMA-style transfers (one-sided writes with immediates).
+
+A thin, low-overhead ctypes binding of libxfer::
+
+    import numpy as np, xfer
+
+    with xfer.Engine(provider="tcp", nics="lo") as eng:
+        peer = eng.add_peer(their_address)          # bytes from the other side
+        src = eng.register(np.arange(1 << 20, dtype=np.uint8))
+        dst = eng.import_region(peer, their_descriptor)
+        eng.write(src, dst, imm=7).result(timeout=5)
+
+The receiving side arms ``eng.expect_imm(7, 1)`` and waits on it. Addresses
+(``Engine.address``) and descriptors (``Region.descriptor``) are plain bytes
+the application moves itself — never pickled objects.
+
+Library lookup: ``$XFER_LIBRARY``, a copy bundled in ``xfer/lib/``, the
+repository's ``build/libxfer.so`` (development), then
+``ctypes.util.find_library("xfer")``.
+"""
+from . import _lib
+from ._buffers import Device
+from ._engine import (
+    OP_KINDS,
+    Completion,
+    Engine,
+    Message,
+    Peer,
+    Region,
+    RemoteRegion,
+    Stats,
+    Trace,
+    wait,
+)
+from ._errors import (
+    Again,
+    BadWire,
+    Busy,
+    Cancelled,
+    Error,
+    FabricError,
+    ForeignDescriptor,
+    InvalidArgument,
+    MessageTooLong,
+    NoGPU,
+    NoProvider,
+    NotFound,
+    NotSupported,
+    OutOfMemory,
+    PeerError,
+    ProviderMismatch,
+    Shutdown,
+    StaleRegion,
+    TimeoutError,
+    WouldBlock,
+    errno_name,
+    error_for,
+)
+
+__version__ = "0.1.0"
+
+#: Path of the libxfer shared object in use.
+LIBRARY_PATH: str = _lib.LIBRARY_PATH
+
+#: Write flags (``flags=``): ``F_SHARD`` splits one write over the NICs,
+#: ``F_NIC(n)`` pins every request to NIC n. ``imm=`` sets the immediate flag.
+F_SHARD: int = _lib.XFER_F_SHARD
+F_NIC = _lib.XFER_F_NIC
+
+OP_SEND: int = _lib.XFER_OP_SEND
+OP_WRITE: int = _lib.XFER_OP_WRITE
+OP_PAGED: int = _lib.XFER_OP_PAGED
+OP_IMM: int = _lib.XFER_OP_IMM
+OP_EXPECT: int = _lib.XFER_OP_EXPECT
+OP_CANCEL: int = _lib.XFER_OP_CANCEL
+
+
+def strerror(code: int) -> str:
+    """The library's message for an error code (``xfer_strerror``)."""
+    return _lib.strerror(code)
+
+
+__all__ = [
+    "Engine",
+    "Peer",
+    "Region",
+    "RemoteRegion",
+    "Completion",
+    "Message",
+    "Stats",
+    "Trace",
+    "Device",
+    "wait",
+    "strerror",
+    "errno_name",
+    "error_for",
+    "Error",
+    "TimeoutError",
+    "PeerError",
+    "InvalidArgument",
+    "WouldBlock",
+    "Again",
+    "BadWire",
+    "ForeignDescriptor",
+    "ProviderMismatch",
+    "Cancelled",
+    "Busy",
+    "NotFound",
+    "StaleRegion",
+    "Shutdown",
+    "MessageTooLong",
+    "NoProvider",
+    "NoGPU",
+    "FabricError",
+    "OutOfMemory",
+    "NotSupported",
+    "F_SHARD",
+    "F_NIC",
+    "OP_KINDS",
+    "LIBRARY_PATH",
+    "__version__",
+]

@@ -1,0 +1,198 @@
+"""Typed exceptions for the library's negative error codes.
+
+Every exception is an :class:`xfer.Error`, itself an :class:`OSError`, so
+``exc.errno`` holds the (positive) code and ``exc.strerror`` the library's
+message from ``xfer_strerror``. Where a builtin exception means the same
+thing the class derives from it too: :class:`TimeoutError` is also the
+builtin ``TimeoutError``, :class:`InvalidArgument` is also a ``ValueError``.
+"""
+from __future__ import annotations
+
+import builtins
+import errno as _errno
+from typing import Dict, Optional, Type
+
+from . import _lib
+
+__all__ = [
+    "Error",
+    "TimeoutError",
+    "PeerError",
+    "InvalidArgument",
+    "WouldBlock",
+    "Again",
+    "BadWire",
+    "ForeignDescriptor",
+    "ProviderMismatch",
+    "Cancelled",
+    "Busy",
+    "NotFound",
+    "StaleRegion",
+    "Shutdown",
+    "MessageTooLong",
+    "NoProvider",
+    "NoGPU",
+    "FabricError",
+    "OutOfMemory",
+    "NotSupported",
+    "error_for",
+    "check",
+]
+
+
+class Error(OSError):
+    """Base class of every error raised by xfer.
+
+    ``errno`` is the positive error code (an errno value, or one of the
+    library's own codes from 257 up), ``strerror`` its message and ``op``
+    the operation that failed (e.g. ``"xfer_write"``), when known.
+    """
+
+    op: Optional[str]
+
+    def __init__(self, code: int, message: Optional[str] = None, op: Optional[str] = None):
+        code = abs(int(code))
+        msg = message if message is not None else _lib.strerror(code)
+        super().__init__(code, msg)
+        self.op = op
+
+    @property
+    def code(self) -> int:
+        """The negative code the C API returned (``-errno``)."""
+        return -int(self.errno or 0)
+
+    def __str__(self) -> str:
+        where = f"{self.op}: " if self.op else ""
+        return f"{where}{self.strerror} [{errno_name(self.errno or 0)}]"
+
+    def __reduce__(self):  # picklable across processes (e.g. multiprocessing)
+        return (type(self), (self.errno, self.strerror, self.op))
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """-ETIMEDOUT: a deadline (``timeout_ms``) or a wait's timeout passed."""
+
+
+class PeerError(Error):
+    """-XFER_EPEER: the peer failed or is unreachable."""
+
+
+class InvalidArgument(Error, ValueError):
+    """-EINVAL: a bad argument (range, flag, handle, dtype, ...)."""
+
+
+class WouldBlock(Error):
+    """-EAGAIN: the submission queue is full; let completions drain and retry."""
+
+
+Again = WouldBlock
+
+
+class BadWire(Error, ValueError):
+    """-XFER_EBADWIRE / -XFER_EVERSION: malformed or unsupported address or descriptor bytes."""
+
+
+class ForeignDescriptor(Error, ValueError):
+    """-XFER_EFOREIGN: the descriptor belongs to another engine than the peer."""
+
+
+class ProviderMismatch(Error):
+    """-XFER_EPROVIDER: the address was made by a different provider."""
+
+
+class Cancelled(Error):
+    """-ECANCELED: the operation was cut short (disarm, cancel, engine close)."""
+
+
+class Busy(Error):
+    """-EBUSY: the object is in use (operations in flight, immediate already armed)."""
+
+
+class NotFound(Error, LookupError):
+    """-ENOENT: no such peer (never added, or removed)."""
+
+
+class StaleRegion(Error):
+    """-ESTALE: the remote region's peer was removed or restarted."""
+
+
+class Shutdown(Error):
+    """-ESHUTDOWN: the engine is closed."""
+
+
+class MessageTooLong(Error, ValueError):
+    """-EMSGSIZE: a SEND longer than msg_max, or a write longer than the provider allows."""
+
+
+class NoProvider(Error):
+    """-XFER_ENOPROV / -ENODEV: no libfabric provider or NIC matches the request."""
+
+
+class NoGPU(Error):
+    """-XFER_ENOGPU: no GPU or CUDA driver available."""
+
+
+class FabricError(Error):
+    """-XFER_EFABRIC: a provider error with no errno equivalent."""
+
+
+class OutOfMemory(Error, MemoryError):
+    """-ENOMEM."""
+
+
+class NotSupported(Error):
+    """-EOPNOTSUPP: the loaded libxfer cannot do this (e.g. device memory)."""
+
+
+_BY_CODE: Dict[int, Type[Error]] = {
+    _errno.ETIMEDOUT: TimeoutError,
+    _lib.XFER_EPEER: PeerError,
+    _errno.EINVAL: InvalidArgument,
+    _errno.EAGAIN: WouldBlock,
+    _lib.XFER_EBADWIRE: BadWire,
+    _lib.XFER_EVERSION: BadWire,
+    _lib.XFER_EFOREIGN: ForeignDescriptor,
+    _lib.XFER_EPROVIDER: ProviderMismatch,
+    _errno.ECANCELED: Cancelled,
+    _errno.EBUSY: Busy,
+    _errno.ENOENT: NotFound,
+    _errno.ESTALE: StaleRegion,
+    _errno.ESHUTDOWN: Shutdown,
+    _errno.EMSGSIZE: MessageTooLong,
+    _lib.XFER_ENOPROV: NoProvider,
+    _errno.ENODEV: NoProvider,
+    _lib.XFER_ENOGPU: NoGPU,
+    _lib.XFER_EFABRIC: FabricError,
+    _errno.ENOMEM: OutOfMemory,
+    _errno.EOPNOTSUPP: NotSupported,
+}
+
+_NAMES = {
+    _lib.XFER_EBADWIRE: "XFER_EBADWIRE",
+    _lib.XFER_EVERSION: "XFER_EVERSION",
+    _lib.XFER_EFOREIGN: "XFER_EFOREIGN",
+    _lib.XFER_EPROVIDER: "XFER_EPROVIDER",
+    _lib.XFER_EPEER: "XFER_EPEER",
+    _lib.XFER_EFABRIC: "XFER_EFABRIC",
+    _lib.XFER_ENOGPU: "XFER_ENOGPU",
+    _lib.XFER_ENOPROV: "XFER_ENOPROV",
+}
+
+
+def errno_name(code: int) -> str:
+    """Symbolic name of an error code: ``ETIMEDOUT``, ``XFER_EPEER``, ..."""
+    code = abs(int(code))
+    return _NAMES.get(code) or _errno.errorcode.get(code, str(code))
+
+
+def error_for(code: int, op: Optional[str] = None, message: Optional[str] = None) -> Error:
+    """The exception object for a (negative or positive) error code."""
+    cls = _BY_CODE.get(abs(int(code)), Error)
+    return cls(code, message, op)
+
+
+def check(rc: int, op: str) -> int:
+    """Returns ``rc`` when it is not negative, raises the matching exception otherwise."""
+    if rc < 0:
+        raise error_for(rc, op)
+    return rc

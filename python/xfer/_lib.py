@@ -1,0 +1,393 @@
+"""Loading libxfer and declaring its C API for ctypes.
+
+The structures below mirror ``include/xfer.h`` field for field; the test
+``test_abi.py`` compares their sizes and offsets with what a C compiler
+reports, so a change in the header that is not mirrored here fails loudly.
+
+Two handles to the same shared object are kept:
+
+* ``clib`` (:class:`ctypes.CDLL`) releases the GIL around every call. It is
+  used for everything that can block or wait for the worker thread
+  (registration, peer management, completion and receive waits).
+* ``plib`` (:class:`ctypes.PyDLL`) keeps the GIL. It is used only for the
+  submission functions, which never block (they validate, push into a
+  lock-free queue and return), so that a submit costs no GIL hand-off.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+import sys
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int,
+    c_int32,
+    c_size_t,
+    c_uint,
+    c_uint8,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+# ------------------------------------------------------------------ constants
+
+XFER_EBADWIRE = 257
+XFER_EVERSION = 258
+XFER_EFOREIGN = 259
+XFER_EPROVIDER = 260
+XFER_EPEER = 261
+XFER_EFABRIC = 262
+XFER_ENOGPU = 263
+XFER_ENOPROV = 264
+
+XFER_ADDR_MAX = 2048
+XFER_DESC_MAX = 512
+XFER_PEER_NONE = 0xFFFFFFFF
+
+XFER_OP_SEND = 1
+XFER_OP_WRITE = 2
+XFER_OP_PAGED = 3
+XFER_OP_IMM = 4
+XFER_OP_EXPECT = 5
+XFER_OP_CANCEL = 6
+XFER_OP_SCATTER = 7
+XFER_OP_BARRIER = 8
+
+XFER_F_IMM = 1 << 0
+XFER_F_SHARD = 1 << 1
+XFER_F_PIN = 1 << 2
+
+
+def XFER_F_NIC(n: int) -> int:
+    """Flags that pin every request of a write to NIC ``n``."""
+    return XFER_F_PIN | ((n & 0xFF) << 8)
+
+
+XFER_PEER_LIVE = 1
+XFER_PEER_DEAD = 2
+
+# ----------------------------------------------------------------- structures
+
+xfer_recv_fn = CFUNCTYPE(None, c_void_p, c_uint64, c_void_p, c_size_t)
+xfer_peer_down_fn = CFUNCTYPE(None, c_void_p, c_uint32, c_uint64, c_int)
+
+
+class xfer_attr(Structure):
+    _fields_ = [
+        ("provider", c_char_p),
+        ("nics", c_char_p),
+        ("worker_cpu", c_int),
+        ("submit_depth", c_uint32),
+        ("max_ops", c_uint32),
+        ("recv_count", c_uint32),
+        ("msg_max", c_uint32),
+        ("imm_slots", c_uint32),
+        ("max_regions", c_uint32),
+        ("spin_us", c_uint32),
+        ("timeout_ms", c_uint64),
+        ("log_level", c_int),
+        ("on_recv", c_void_p),
+        ("on_recv_ctx", c_void_p),
+        ("heartbeat_ms", c_uint32),
+        ("heartbeat_misses", c_uint32),
+        ("on_peer_down", c_void_p),
+        ("on_peer_down_ctx", c_void_p),
+    ]
+
+
+class xfer_cqe(Structure):
+    _fields_ = [("user_data", c_uint64), ("res", c_int32), ("kind", c_uint32)]
+
+
+class xfer_completion(Structure):
+    _fields_ = [
+        ("user_data", c_uint64),
+        ("cb", c_void_p),
+        ("cb_ctx", c_void_p),
+        ("timeout_ms", c_uint64),
+        ("tag", c_uint64),
+    ]
+
+
+class xfer_write_t(Structure):
+    _fields_ = [
+        ("src", c_void_p),
+        ("src_off", c_uint64),
+        ("dst", c_void_p),
+        ("dst_off", c_uint64),
+        ("len", c_uint64),
+        ("imm", c_uint32),
+        ("flags", c_uint32),
+    ]
+
+
+class xfer_paged_write_t(Structure):
+    _fields_ = [
+        ("src", c_void_p),
+        ("dst", c_void_p),
+        ("page_len", c_uint64),
+        ("src_pages", c_void_p),
+        ("src_stride", c_uint64),
+        ("src_base", c_uint64),
+        ("dst_pages", c_void_p),
+        ("dst_stride", c_uint64),
+        ("dst_base", c_uint64),
+        ("npages", c_uint32),
+        ("imm", c_uint32),
+        ("flags", c_uint32),
+    ]
+
+
+class xfer_scatter_entry(Structure):
+    _fields_ = [
+        ("member", c_uint32),
+        ("src_off", c_uint64),
+        ("len", c_uint64),
+        ("dst", c_void_p),
+        ("dst_off", c_uint64),
+    ]
+
+
+class xfer_scatter_t(Structure):
+    _fields_ = [
+        ("src", c_void_p),
+        ("entries", c_void_p),
+        ("n", c_uint32),
+        ("imm", c_uint32),
+        ("flags", c_uint32),
+        ("status", c_void_p),
+    ]
+
+
+class xfer_msg_info(Structure):
+    _fields_ = [("src_id", c_uint64), ("len", c_size_t)]
+
+
+class xfer_stats(Structure):
+    _fields_ = [
+        ("ops_submitted", c_uint64),
+        ("ops_completed", c_uint64),
+        ("ops_failed", c_uint64),
+        ("wrs_posted", c_uint64),
+        ("bytes_written", c_uint64),
+        ("imms_received", c_uint64),
+        ("imms_dropped", c_uint64),
+        ("msgs_received", c_uint64),
+        ("worker_sleeps", c_uint64),
+    ]
+
+
+class xfer_trace(Structure):
+    _fields_ = [
+        ("user_data", c_uint64),
+        ("kind", c_uint32),
+        ("wrs", c_uint32),
+        ("t_call", c_uint64),
+        ("t_enq", c_uint64),
+        ("t_deq", c_uint64),
+        ("t_first", c_uint64),
+        ("t_last", c_uint64),
+        ("t_done", c_uint64),
+    ]
+
+
+#: Every structure mirrored from xfer.h, by its C name (used by the ABI test).
+STRUCTS = {
+    "xfer_attr": xfer_attr,
+    "xfer_cqe": xfer_cqe,
+    "xfer_completion": xfer_completion,
+    "xfer_write": xfer_write_t,
+    "xfer_paged_write": xfer_paged_write_t,
+    "xfer_scatter_entry": xfer_scatter_entry,
+    "xfer_scatter": xfer_scatter_t,
+    "xfer_msg_info": xfer_msg_info,
+    "xfer_stats": xfer_stats,
+    "xfer_trace": xfer_trace,
+}
+
+
+def packer(cls) -> "struct.Struct":
+    """A struct.Struct that writes `cls` from its fields in declaration order.
+
+    Packing a whole submission with one ``pack_into`` costs a fraction of
+    setting ctypes fields one by one; the format is derived from the ctypes
+    layout (itself checked against xfer.h by the tests), pointers as 'Q'.
+    """
+    fmt, pos = "<", 0
+    for name, ctype in cls._fields_:
+        f = getattr(cls, name)
+        if f.offset > pos:
+            fmt += f"{f.offset - pos}x"
+        if ctype in (c_void_p, c_char_p, c_uint64, c_size_t) or (
+            isinstance(ctype, type) and issubclass(ctype, ctypes._Pointer)
+        ):
+            code = "Q"
+        elif ctype is c_uint32 or ctype is c_uint:
+            code = "I"
+        elif ctype is c_int32 or ctype is c_int:
+            code = "i"
+        else:
+            raise TypeError(f"{cls.__name__}.{name}: no pack code for {ctype}")
+        if struct.calcsize("<" + code) != f.size:
+            raise TypeError(f"{cls.__name__}.{name}: size mismatch")
+        fmt += code
+        pos = f.offset + f.size
+    size = ctypes.sizeof(cls)
+    if size > pos:
+        fmt += f"{size - pos}x"
+    st = struct.Struct(fmt)
+    assert st.size == size, (cls.__name__, st.size, size)
+    return st
+
+
+# -------------------------------------------------------------------- loading
+
+
+class LibraryNotFound(ImportError):
+    """libxfer.so could not be found or loaded."""
+
+
+def _candidates() -> List[Tuple[str, str]]:
+    """(how it was found, path or name), in lookup order."""
+    out: List[Tuple[str, str]] = []
+    env = os.environ.get("XFER_LIBRARY")
+    if env:
+        out.append(("$XFER_LIBRARY", env))
+        return out  # an explicit choice is never second-guessed
+    here = Path(__file__).resolve().parent
+    bundled = sorted((here / "lib").glob("libxfer.so*"))
+    for p in bundled:
+        out.append(("bundled copy", str(p)))
+    # Development: python/xfer/_lib.py -> <repo>/build/libxfer.so
+    repo = here.parent.parent
+    out.append(("repository build", str(repo / "build" / "libxfer.so")))
+    try:  # written by setup.py when installed from a source checkout
+        from ._build_info import SOURCE_ROOT  # type: ignore[import-not-found]
+
+        if SOURCE_ROOT and Path(SOURCE_ROOT).resolve() != repo:
+            out.append(("source checkout", str(Path(SOURCE_ROOT) / "build" / "libxfer.so")))
+    except ImportError:
+        pass
+    found = ctypes.util.find_library("xfer")
+    if found:
+        out.append(("ctypes.util.find_library", found))
+    return out
+
+
+def _load() -> Tuple[ctypes.CDLL, ctypes.PyDLL, str]:
+    tried = []
+    for how, path in _candidates():
+        is_path = os.sep in path
+        if is_path and not os.path.exists(path):
+            tried.append(f"  {how}: {path} (does not exist)")
+            continue
+        try:
+            c = ctypes.CDLL(path)
+            p = ctypes.PyDLL(path)
+        except OSError as ex:
+            tried.append(f"  {how}: {path} ({ex})")
+            if how == "$XFER_LIBRARY":
+                break
+            continue
+        return c, p, path
+    if not tried:
+        tried.append("  ctypes.util.find_library('xfer'): nothing")
+    raise LibraryNotFound(
+        "cannot load libxfer.so. Looked, in order, at:\n"
+        + "\n".join(tried)
+        + "\nBuild it with `make` in the repository, or point XFER_LIBRARY at libxfer.so."
+    )
+
+
+clib, plib, LIBRARY_PATH = _load()
+
+
+def _proto(lib: ctypes.CDLL, name: str, restype, *argtypes, required: bool = True):
+    fn = _optional(lib, name)
+    if fn is None:
+        if required:
+            raise LibraryNotFound(f"{LIBRARY_PATH} lacks {name}: it is older than this binding")
+        return None
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+def _optional(lib: ctypes.CDLL, name: str):
+    try:
+        return getattr(lib, name)
+    except AttributeError:
+        return None
+
+
+P = c_void_p
+xfer_strerror = _proto(clib, "xfer_strerror", c_char_p, c_int)
+xfer_attr_init = _proto(clib, "xfer_attr_init", None, POINTER(xfer_attr))
+xfer_engine_create = _proto(clib, "xfer_engine_create", c_int, POINTER(xfer_attr), POINTER(c_void_p))
+xfer_engine_stop = _proto(clib, "xfer_engine_stop", None, P)
+xfer_engine_destroy = _proto(clib, "xfer_engine_destroy", None, P)
+xfer_engine_id = _proto(clib, "xfer_engine_id", c_uint64, P)
+xfer_engine_provider = _proto(clib, "xfer_engine_provider", c_char_p, P)
+xfer_engine_nic_count = _proto(clib, "xfer_engine_nic_count", c_uint, P)
+xfer_engine_nic_name = _proto(clib, "xfer_engine_nic_name", c_char_p, P, c_uint)
+xfer_engine_addr = _proto(clib, "xfer_engine_addr", c_int, P, P, c_size_t, POINTER(c_size_t))
+xfer_peer_add = _proto(clib, "xfer_peer_add", c_int, P, P, c_size_t, POINTER(c_uint32))
+xfer_peer_remove = _proto(clib, "xfer_peer_remove", c_int, P, c_uint32)
+xfer_peer_id = _proto(clib, "xfer_peer_id", c_uint64, P, c_uint32)
+xfer_peer_state = _proto(clib, "xfer_peer_state", c_int, P, c_uint32, required=False)
+xfer_peer_shards = _proto(clib, "xfer_peer_shards", c_uint, P, c_uint32, required=False)
+xfer_mr_reg = _proto(clib, "xfer_mr_reg", c_int, P, P, c_size_t, POINTER(c_void_p))
+xfer_mr_dereg = _proto(clib, "xfer_mr_dereg", c_int, P)
+xfer_mr_revoke = _proto(clib, "xfer_mr_revoke", c_int, P, required=False)
+xfer_mr_desc = _proto(clib, "xfer_mr_desc", c_int, P, P, c_size_t, POINTER(c_size_t))
+xfer_mr_addr = _proto(clib, "xfer_mr_addr", c_void_p, P)
+xfer_mr_len = _proto(clib, "xfer_mr_len", c_size_t, P)
+xfer_rmr_import = _proto(clib, "xfer_rmr_import", c_int, P, c_uint32, P, c_size_t, POINTER(c_void_p))
+xfer_rmr_free = _proto(clib, "xfer_rmr_free", None, P)
+xfer_rmr_len = _proto(clib, "xfer_rmr_len", c_size_t, P)
+xfer_imm_disarm = _proto(clib, "xfer_imm_disarm", c_int, P, c_uint32, POINTER(c_uint32))
+xfer_cq_poll = _proto(clib, "xfer_cq_poll", c_int, P, P, c_int)
+xfer_cq_wait = _proto(clib, "xfer_cq_wait", c_int, P, P, c_int, c_uint64)
+xfer_recv = _proto(clib, "xfer_recv", c_int, P, P, c_size_t, P)
+xfer_recv_wait = _proto(clib, "xfer_recv_wait", c_int, P, P, c_size_t, P, c_uint64)
+xfer_engine_stats = _proto(clib, "xfer_engine_stats", None, P, POINTER(xfer_stats))
+xfer_engine_trace = _proto(clib, "xfer_engine_trace", None, P, c_int)
+xfer_trace_read = _proto(clib, "xfer_trace_read", c_int, P, P, c_int)
+xfer_group_create = _proto(clib, "xfer_group_create", c_int, P, P, c_uint32, POINTER(c_void_p), required=False)
+xfer_group_destroy = _proto(clib, "xfer_group_destroy", c_int, P, required=False)
+xfer_group_size = _proto(clib, "xfer_group_size", c_uint32, P, required=False)
+
+# Submissions: never block, so they keep the GIL (see the module docstring).
+xfer_send = _proto(plib, "xfer_send", c_int, P, c_uint32, P, c_size_t, P)
+xfer_write = _proto(plib, "xfer_write", c_int, P, P, P)
+xfer_write_paged = _proto(plib, "xfer_write_paged", c_int, P, P, P)
+xfer_write_imm = _proto(plib, "xfer_write_imm", c_int, P, c_uint32, c_uint32, P)
+xfer_expect_imm = _proto(plib, "xfer_expect_imm", c_int, P, c_uint32, c_uint32, P)
+xfer_cancel = _proto(plib, "xfer_cancel", c_int, P, c_uint64, P, required=False)
+xfer_scatter_submit = _proto(plib, "xfer_scatter", c_int, P, P, P, P, required=False)
+xfer_barrier = _proto(plib, "xfer_barrier", c_int, P, P, c_uint32, P, required=False)
+
+
+def strerror(code: int) -> str:
+    """The library's message for an error code (negative or positive)."""
+    s = xfer_strerror(int(code))
+    return s.decode("utf-8", "replace") if s else f"error {code}"
+
+
+def defaults() -> xfer_attr:
+    """A fresh xfer_attr with the library defaults and XFER_* environment applied."""
+    a = xfer_attr()
+    xfer_attr_init(ctypes.byref(a))
+    return a
+
+
+if sys.byteorder != "little":  # pragma: no cover - xfer targets x86-64/aarch64
+    raise ImportError("xfer's Python binding assumes a little-endian machine")

@@ -1,0 +1,179 @@
+/* Peers that die or come back: SIGKILL of the target in the middle of large
+ * paged writes, submissions to a peer already known dead, and a restarted
+ * peer whose old descriptors must be refused. */
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cases.h"
+
+#define K_CALLS 4
+#define K_PAGES 10000u
+#define K_PAGE 64u
+
+static void fast_heartbeat(struct xfer_attr *a, int role)
+{
+	if (role == 0) {
+		a->heartbeat_ms = 100;
+		a->heartbeat_misses = 5;
+	}
+}
+
+/* Waits until the engine declares the target dead (heartbeats or a transport
+ * error); fails the case past `ms`. */
+static void wait_dead(struct fault_init *f, uint64_t ms)
+{
+	uint64_t start = mono_ns();
+	while (xfer_peer_state(f->e, f->t) != XFER_PEER_DEAD) {
+		CHECK(ms_since(start) < ms);
+		usleep(1000);
+	}
+	fprintf(stderr, "target declared dead %llu ms after we started waiting\n",
+		(unsigned long long)ms_since(start));
+}
+
+static void submit_pages(struct fault_init *f, uint64_t base)
+{
+	static uint32_t idx[K_PAGES];
+	for (uint32_t i = 0; i < K_PAGES; i++)
+		idx[i] = i;
+	for (uint64_t k = 0; k < K_CALLS; k++) {
+		struct xfer_paged_write pw = {.src = f->src, .dst = f->t_rmr, .page_len = K_PAGE,
+					      .src_pages = idx, .src_stride = K_PAGE, .dst_pages = idx,
+					      .dst_stride = K_PAGE, .npages = K_PAGES, .imm = 7,
+					      .flags = XFER_F_IMM};
+		struct xfer_completion c = {.user_data = base + k, .timeout_ms = 3000};
+		CHECK_OK(xfer_write_paged(f->e, &pw, &c));
+	}
+}
+
+static int kill_init(struct fault_init *f)
+{
+	t_child_may_die = 0;
+	submit_pages(f, 500);
+	int32_t res[K_CALLS];
+	/* Within the operations' deadline (3 s) plus slack: never a hang. */
+	reap_exactly(f->e, 500, K_CALLS, res, 6000);
+	int failed = 0;
+	for (int k = 0; k < K_CALLS; k++) {
+		/* Finished before the kill, or failed: which error depends on where
+		 * the provider noticed (reset, cancel, deadline, peer death). */
+		failed += res[k] != 0;
+		fprintf(stderr, "paged write %d: %s\n", k, xfer_strerror(res[k]));
+	}
+	wait_dead(f, 3000);
+	uint64_t start = mono_ns();
+	CHECK_RC(xfer_write_imm(f->e, f->t, 1, NULL), -XFER_EPEER);
+	struct xfer_write w = {.src = f->src, .dst = f->t_rmr, .len = 8};
+	CHECK_RC(xfer_write(f->e, &w, NULL), -XFER_EPEER);
+	CHECK(ms_since(start) < 50);
+	(void)failed;
+	reap_none(f->e, 100);
+	return 0;
+}
+
+static int kill_target(struct fault_target *t)
+{
+	struct xfer_completion c = {.user_data = 1, .timeout_ms = 10000};
+	CHECK_OK(xfer_expect_imm(t->e, 7, 50, &c));
+	CHECK_RC(t_wait_cqe(t->e, 10000).res, 0);
+	raise(SIGKILL);
+	return 1;
+}
+
+const struct fault_case case_kill_target = {"kill_target_mid_paged", kill_init, kill_target,
+					    fast_heartbeat};
+
+/* ------------------------------------------------------ already dead peer */
+
+static int dead_init(struct fault_init *f)
+{
+	t_child_may_die = 0;
+	CHECK(t_recv_u64(f->fd_t) == 1); /* about to die */
+	wait_dead(f, 3000);
+	CHECK_RC(xfer_write_imm(f->e, f->t, 1, NULL), -XFER_EPEER);
+	CHECK_RC(xfer_send(f->e, f->t, "x", 1, NULL), -XFER_EPEER);
+	uint32_t idx = 0;
+	struct xfer_paged_write pw = {.src = f->src, .dst = f->t_rmr, .page_len = 8, .src_pages = &idx,
+				      .dst_pages = &idx, .npages = 1};
+	CHECK_RC(xfer_write_paged(f->e, &pw, NULL), -XFER_EPEER);
+	xfer_rmr_t *r = NULL;
+	uint8_t d[XFER_DESC_MAX] = {0};
+	CHECK(xfer_rmr_import(f->e, f->t, d, sizeof(d), &r) < 0);
+	/* Once nothing is in flight to it, the dead peer can be removed. */
+	CHECK_OK(xfer_peer_remove(f->e, f->t));
+	CHECK(xfer_peer_state(f->e, f->t) == -ENOENT);
+	return 0;
+}
+
+static int dead_target(struct fault_target *t)
+{
+	t_send_u64(t->fd, 1);
+	raise(SIGKILL);
+	return 1;
+}
+
+const struct fault_case case_dead_peer = {"submit_to_dead_peer", dead_init, dead_target,
+					  fast_heartbeat};
+
+/* ------------------------------------------------------------- restart */
+
+static int restart_init(struct fault_init *f)
+{
+	uint8_t old_desc[XFER_DESC_MAX], addr[XFER_ADDR_MAX];
+	size_t olen = t_recv_blob(f->fd_t, old_desc, sizeof(old_desc));
+	size_t alen = t_recv_blob(f->fd_t, addr, sizeof(addr)); /* the new incarnation */
+	wait_dead(f, 3000);
+	xfer_peer_t p2;
+	CHECK_OK(xfer_peer_add(f->e, addr, alen, &p2));
+	CHECK(p2 != f->t);
+	CHECK(xfer_peer_id(f->e, p2) != xfer_peer_id(f->e, f->t));
+	/* The old incarnation's descriptors are refused... */
+	xfer_rmr_t *r = NULL;
+	CHECK_RC(xfer_rmr_import(f->e, p2, old_desc, olen, &r), -XFER_EFOREIGN);
+	struct xfer_write w = {.src = f->src, .dst = f->t_rmr, .len = 8};
+	CHECK_RC(xfer_write(f->e, &w, NULL), -XFER_EPEER);
+	/* ...and the new one's work. */
+	xfer_rmr_t *fresh = t_recv_rmr(f->e, p2, f->fd_t);
+	w.dst = fresh;
+	w.len = 4096;
+	w.imm = 4;
+	w.flags = XFER_F_IMM;
+	struct xfer_completion c = {.user_data = 77};
+	CHECK_OK(xfer_write(f->e, &w, &c));
+	int32_t res = -1;
+	reap_exactly(f->e, 77, 1, &res, 5000);
+	CHECK_RC(res, 0);
+	CHECK(t_recv_u64(f->fd_t) == 1);
+	xfer_rmr_free(fresh);
+	return 0;
+}
+
+static int restart_target(struct fault_target *t)
+{
+	uint8_t desc[XFER_DESC_MAX], addr[XFER_ADDR_MAX];
+	int dlen = xfer_mr_desc(t->mr, desc, sizeof(desc), NULL);
+	CHECK(dlen > 0);
+	t_send_blob(t->fd, desc, (size_t)dlen);
+	/* The same process starts over with a new engine: a new incarnation. */
+	CHECK_OK(xfer_mr_dereg(t->mr));
+	xfer_engine_destroy(t->e);
+	struct xfer_attr a;
+	t_attr(&a);
+	t->e = t_engine(&a);
+	int alen = xfer_engine_addr(t->e, addr, sizeof(addr), NULL);
+	t_send_blob(t->fd, addr, (size_t)alen);
+	CHECK_OK(xfer_mr_reg(t->e, t->buf + F_GUARD, F_REGION, &t->mr));
+	t_send_desc(t->fd, t->mr);
+	struct xfer_completion c = {.user_data = 1};
+	CHECK_OK(xfer_expect_imm(t->e, 4, 1, &c));
+	CHECK_RC(t_wait_cqe(t->e, 10000).res, 0);
+	uint8_t want[4096];
+	t_fill(want, sizeof(want), 1);
+	(void)want; /* the first 64 KiB of the source is the stable peer's scratch */
+	t_send_u64(t->fd, 1);
+	return 0;
+}
+
+const struct fault_case case_peer_restart = {"peer_restart", restart_init, restart_target,
+					     fast_heartbeat};
