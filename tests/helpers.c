@@ -217,6 +217,8 @@ int t_run_procs(int n, t_proc_fn child, t_parent_fn parent, void *arg)
 		pids[i] = pid;
 	}
 	atexit(remove_own_shm);
+	/* A child that fails closes its socket; report that, do not die of it. */
+	signal(SIGPIPE, SIG_IGN);
 	int rc = parent ? parent(n, fds, arg) : 0;
 	for (int i = 0; i < n; i++) {
 		int status = 0;
