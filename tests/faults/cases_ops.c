@@ -224,3 +224,96 @@ static int regions_target(struct fault_target *t)
 
 const struct fault_case case_too_many_regions = {"too_many_regions", regions_init, regions_target,
 						 few_regions};
+
+/* --------------------------------- concurrent submit and peer add/remove */
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define CP_THREADS 2
+#define CP_PER 2000
+
+struct cp_ctx {
+	struct fault_init *f;
+	atomic_int done;
+	atomic_int churns;
+};
+
+static void *cp_submit(void *arg)
+{
+	struct cp_ctx *cx = arg;
+	for (int i = 0; i < CP_PER; i++) {
+		int rc;
+		while ((rc = xfer_write_imm(cx->f->e, cx->f->t, 61, NULL)) == -EAGAIN)
+			;
+		CHECK_OK(rc);
+		if (i % 10 == 0)
+			usleep(100); /* spread the submissions over many add/remove cycles */
+	}
+	atomic_fetch_add(&cx->done, 1);
+	return NULL;
+}
+
+/* Adds and removes a peer (ourselves, over loopback) while others submit. */
+static void *cp_churn(void *arg)
+{
+	struct cp_ctx *cx = arg;
+	uint8_t addr[XFER_ADDR_MAX];
+	int len = xfer_engine_addr(cx->f->e, addr, sizeof(addr), NULL);
+	CHECK(len > 0);
+	while (atomic_load(&cx->done) < CP_THREADS) {
+		xfer_peer_t p;
+		CHECK_OK(xfer_peer_add(cx->f->e, addr, (size_t)len, &p));
+		CHECK(xfer_peer_state(cx->f->e, p) == XFER_PEER_LIVE);
+		CHECK_OK(xfer_peer_remove(cx->f->e, p));
+		atomic_fetch_add(&cx->churns, 1);
+	}
+	return NULL;
+}
+
+static void *cp_reap(void *arg)
+{
+	struct cp_ctx *cx = arg;
+	int got = 0;
+	struct xfer_cqe c[64];
+	while (got < CP_THREADS * CP_PER) {
+		int n = xfer_cq_wait(cx->f->e, c, 64, 10000);
+		CHECK(n > 0);
+		for (int i = 0; i < n; i++)
+			CHECK_RC(c[i].res, 0);
+		got += n;
+	}
+	return NULL;
+}
+
+static int cp_init(struct fault_init *f)
+{
+	struct cp_ctx cx = {.f = f};
+	pthread_t th[CP_THREADS + 2];
+	for (int i = 0; i < CP_THREADS; i++)
+		CHECK(pthread_create(&th[i], NULL, cp_submit, &cx) == 0);
+	CHECK(pthread_create(&th[CP_THREADS], NULL, cp_churn, &cx) == 0);
+	CHECK(pthread_create(&th[CP_THREADS + 1], NULL, cp_reap, &cx) == 0);
+	for (int i = 0; i < CP_THREADS + 2; i++)
+		pthread_join(th[i], NULL);
+	fprintf(stderr, "%d peer add/remove cycles during %d submissions\n", atomic_load(&cx.churns),
+		CP_THREADS * CP_PER);
+	CHECK(atomic_load(&cx.churns) >= 10);
+	CHECK(t_recv_u64(f->fd_t) == 1);
+	return 0;
+}
+
+static int cp_target(struct fault_target *t)
+{
+	struct xfer_completion c = {.user_data = 1, .timeout_ms = 60000};
+	CHECK_OK(xfer_expect_imm(t->e, 61, CP_THREADS * CP_PER, &c));
+	CHECK_RC(t_wait_cqe(t->e, 65000).res, 0);
+	uint32_t left = 1;
+	CHECK_OK(xfer_imm_disarm(t->e, 61, &left));
+	CHECK(left == 0);
+	t_send_u64(t->fd, 1);
+	return 0;
+}
+
+const struct fault_case case_concurrent_peers = {"concurrent_submit_and_peers", cp_init, cp_target,
+						 NULL};

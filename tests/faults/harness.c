@@ -87,10 +87,14 @@ void stable_check(struct fault_init *f)
 	CHECK(t_recv_u64(f->fd_s) == round); /* verified */
 }
 
+static const struct fault_case *the_case;
+
 static int stable_main(int fd)
 {
 	struct xfer_attr a;
 	t_attr(&a);
+	if (the_case->tweak_attr)
+		the_case->tweak_attr(&a, 2);
 	xfer_engine_t *e = t_engine(&a);
 	(void)t_connect(e, fd);
 	uint8_t *buf = malloc(STABLE_LEN), *want = malloc(STABLE_LEN);
@@ -119,8 +123,6 @@ static int stable_main(int fd)
 }
 
 /* ----------------------------------------------------------------- roles */
-
-static const struct fault_case *the_case;
 
 static int target_main(int fd)
 {
@@ -186,5 +188,10 @@ int fault_run(const struct fault_case *c)
 {
 	the_case = c;
 	fprintf(stderr, "fault case %s on %s\n", c->name, t_provider());
+	if (c->prepare) {
+		int rc = c->prepare();
+		if (rc)
+			return rc;
+	}
 	return t_run_procs(2, child_main, initiator_main, NULL);
 }

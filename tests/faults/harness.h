@@ -34,7 +34,8 @@ struct fault_case {
 	const char *name;
 	int (*initiator)(struct fault_init *f);
 	int (*target)(struct fault_target *t);
-	void (*tweak_attr)(struct xfer_attr *a, int role); /* role 0 initiator, 1 target */
+	void (*tweak_attr)(struct xfer_attr *a, int role); /* role 0 initiator, 1 target, 2 stable */
+	int (*prepare)(void); /* before any process starts; nonzero skips (77) */
 };
 
 /* Runs a case; returns the process exit code. */
