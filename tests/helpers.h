@@ -62,6 +62,13 @@ xfer_peer_t t_connect(xfer_engine_t *e, int fd);
 void t_send_desc(int fd, const xfer_mr_t *mr);
 xfer_rmr_t *t_recv_rmr(xfer_engine_t *e, xfer_peer_t peer, int fd);
 
+/* Orders this thread after everything the engine's worker has done so far
+ * (a round trip through it). A target that checks its memory after hearing
+ * from the initiator over a socket needs this: data lands through the
+ * worker, and causality through another process is invisible to
+ * ThreadSanitizer. Real receivers learn of data through immediates. */
+void t_sync_worker(xfer_engine_t *e);
+
 /* Waits for one completion; fails the test after timeout_ms. */
 struct xfer_cqe t_wait_cqe(xfer_engine_t *e, uint64_t timeout_ms);
 

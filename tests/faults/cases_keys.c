@@ -11,6 +11,7 @@
 /* The target's region stays all zero in these cases. */
 static void expect_untouched(struct fault_target *t)
 {
+	t_sync_worker(t->e);
 	for (size_t i = 0; i < F_REGION; i++)
 		if (t->buf[F_GUARD + i] != 0) {
 			fprintf(stderr, "target byte %zu changed\n", i);
@@ -116,6 +117,7 @@ static int stale_target(struct fault_target *t)
 	CHECK_OK(xfer_mr_reg(t->e, t->buf + F_GUARD, F_REGION, &t->mr));
 	t_send_desc(t->fd, t->mr);
 	CHECK(t_recv_u64(t->fd) == 2);
+	t_sync_worker(t->e);
 	/* Only the 100 bytes through the new descriptor landed. */
 	uint8_t *want = malloc(65536 + 100);
 	CHECK(want);
@@ -179,6 +181,7 @@ static int revoke_target(struct fault_target *t)
 	uint64_t sum = t_checksum(t->buf + F_GUARD, F_REGION);
 	t_send_u64(t->fd, 1);
 	CHECK(t_recv_u64(t->fd) == 2);
+	t_sync_worker(t->e);
 	CHECK(t_checksum(t->buf + F_GUARD, F_REGION) == sum);
 	uint32_t n = 1;
 	CHECK_OK(xfer_imm_disarm(t->e, 6, &n));
@@ -220,6 +223,7 @@ static int busy_init(struct fault_init *f)
 static int busy_target(struct fault_target *t)
 {
 	CHECK(t_recv_u64(t->fd) == 1);
+	t_sync_worker(t->e);
 	/* Past the first 64 KiB (the stable peer's scratch) the source holds seed 1. */
 	uint8_t *want = malloc(F_REGION);
 	CHECK(want);

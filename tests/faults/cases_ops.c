@@ -64,10 +64,11 @@ static int cancel_init(struct fault_init *f)
 static int cancel_target(struct fault_target *t)
 {
 	CHECK(t_recv_u64(t->fd) == 1);
-	uint64_t sum = t_checksum(t->buf + F_GUARD, F_REGION);
 	uint32_t arrived = 0;
-	CHECK_OK(xfer_imm_disarm(t->e, 8, &arrived));
+	CHECK_OK(xfer_imm_disarm(t->e, 8, &arrived)); /* also orders us after the worker */
+	uint64_t sum = t_checksum(t->buf + F_GUARD, F_REGION);
 	usleep(300000);
+	t_sync_worker(t->e);
 	CHECK(t_checksum(t->buf + F_GUARD, F_REGION) == sum);
 	uint32_t later = 0;
 	CHECK_OK(xfer_imm_disarm(t->e, 8, &later));
@@ -247,8 +248,9 @@ static void *cp_submit(void *arg)
 		while ((rc = xfer_write_imm(cx->f->e, cx->f->t, 61, NULL)) == -EAGAIN)
 			;
 		CHECK_OK(rc);
-		if (i % 10 == 0)
-			usleep(100); /* spread the submissions over many add/remove cycles */
+		/* Spread the submissions over at least ten add/remove cycles. */
+		while (atomic_load(&cx->churns) < i / (CP_PER / 10))
+			usleep(50);
 	}
 	atomic_fetch_add(&cx->done, 1);
 	return NULL;

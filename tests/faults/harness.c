@@ -140,6 +140,7 @@ static int target_main(int fd)
 	CHECK_OK(xfer_mr_reg(t.e, t.buf + F_GUARD, F_REGION, &t.mr));
 	t_send_desc(fd, t.mr);
 	int rc = the_case->target(&t);
+	t_sync_worker(t.e);
 	check_guards(&t);
 	if (t.mr)
 		xfer_mr_dereg(t.mr);
