@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test test-asan test-tsan check-all install bench clean
+.PHONY: all build demo test test-asan test-tsan check-all install bench fuzz soak clean
 
 all: build
 
@@ -38,6 +38,22 @@ install: build
 # The standard benchmark matrix on the default provider (issue: xfer-bench).
 bench: build
 	scripts/bench.sh $(BUILD)
+
+# libFuzzer over the address and descriptor parsers, from the corpus in the
+# repository (copied, so that new finds do not dirty the tree).
+FUZZ_SECONDS ?= 60
+fuzz:
+	mkdir -p $(BUILD)/fuzz-corpus
+	cp tests/fuzz/corpus/* $(BUILD)/fuzz-corpus/
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+		tests/fuzz/fuzz_wire.c src/wire.c -o $(BUILD)/fuzz_wire
+	$(BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus
+
+# Random operations with checksums for SOAK_SECONDS on both providers.
+SOAK_SECONDS ?= 60
+soak: build
+	XFER_TEST_PROVIDER=tcp $(BUILD)/bin/xfer-soak $(SOAK_SECONDS)
+	XFER_TEST_PROVIDER=shm $(BUILD)/bin/xfer-soak $(SOAK_SECONDS)
 
 clean:
 	rm -rf build build-asan build-tsan
