@@ -56,7 +56,7 @@ typedef void (*xfer_peer_down_fn)(void *ctx, uint32_t peer, uint64_t engine_id, 
 struct xfer_attr {
 	const char *provider;  /* "auto", "tcp", "shm", "verbs", "efa" or a full name */
 	const char *nics;      /* comma-separated domain names ("lo,veth0"); NULL: first */
-	int worker_cpu;        /* CPU to pin the worker to; -1: leave unpinned */
+	int worker_cpu;        /* CPU to pin the worker to; -1: unpinned; XFER_CPU_AUTO */
 	uint32_t submit_depth; /* capacity of the submission queue (power of two) */
 	uint32_t max_ops;      /* operations in flight in the worker */
 	uint32_t recv_count;   /* bouncing receive buffers per NIC */
@@ -314,6 +314,25 @@ int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *inf
 /* As xfer_recv but waits up to timeout_ms (-ETIMEDOUT). */
 int xfer_recv_wait(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info,
 		   uint64_t timeout_ms);
+
+/* ----------------------------------------------------------------- topology */
+
+enum { XFER_DEV_NIC = 1, XFER_DEV_GPU = 2 };
+struct xfer_topo_dev {
+	int kind;      /* XFER_DEV_NIC or XFER_DEV_GPU */
+	char name[64]; /* interface name ("eth0", "mlx5_0") or "gpuN" */
+	char pci[16];  /* PCI address, "" when not on PCI */
+	int numa;      /* NUMA node, -1 when unknown */
+};
+/* Lists GPUs, then NICs; returns how many exist (may exceed max), or
+ * -EOPNOTSUPP when built without hwloc. */
+int xfer_topology(struct xfer_topo_dev *out, int max);
+/* The NICs that belong with GPU `gpu` (same NUMA node, else all), as the
+ * comma list xfer_attr.nics takes; returns how many. */
+int xfer_topology_nics_for_gpu(int gpu, char *nics, size_t cap);
+
+/* worker_cpu value: pin the worker to the cores of its first NIC's NUMA node. */
+#define XFER_CPU_AUTO (-2)
 
 /* -------------------------------------------------------------- statistics */
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -20,8 +21,22 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void pin(int cpu)
+int topology_pin_near(const char *ifname);
+
+static void pin(xfer_engine_t *e, int cpu)
 {
+	if (cpu == XFER_CPU_AUTO) {
+		/* The NICs are not open yet; the first requested name is the one. */
+		char first[64] = "";
+		if (e->nics_req)
+			sscanf(e->nics_req, "%63[^,]", first);
+		int got = first[0] ? topology_pin_near(first) : -ENODEV;
+		if (got >= 0)
+			xinfo("worker pinned near %s (CPU %d first)", first, got);
+		else
+			xinfo("worker left unpinned: no locality known for %s", first[0] ? first : "(default NIC)");
+		return;
+	}
 	if (cpu < 0)
 		return;
 	cpu_set_t set;
@@ -95,7 +110,7 @@ struct worker_start {
 static void *worker_main_impl(struct worker_start *st)
 {
 	xfer_engine_t *e = st->e;
-	pin(e->attr.worker_cpu);
+	pin(e, e->attr.worker_cpu);
 	/* Allocated after pinning so that first touch places it on our node. */
 	struct worker *w = calloc(1, sizeof(*w));
 	int ret = w ? 0 : -ENOMEM;
