@@ -131,8 +131,17 @@ unsigned xfer_peer_shards(const xfer_engine_t *e, xfer_peer_t peer);
 
 #define XFER_DESC_MAX 512
 
-/* Registers [buf, buf+len) on every NIC of the engine for local and remote access. */
+/* Registers [buf, buf+len) on every NIC of the engine for local and remote
+ * access. buf may be CUDA device memory (detected through the driver): on
+ * providers without FI_HMEM its bytes travel through a pinned host mirror,
+ * and peers on the same host copy GPU to GPU through CUDA IPC; the API and
+ * the completion semantics are the same (an immediate counts only once the
+ * data is in GPU memory). -XFER_ENOGPU if device memory cannot be used. */
 int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out);
+/* The CUDA device holding the region, or -1 for host memory. */
+int xfer_mr_is_gpu(const xfer_mr_t *mr);
+/* 1 when a CUDA driver and GPU are usable here, else -XFER_ENOGPU. */
+int xfer_cuda_available(void);
 /* -EBUSY while operations using the region are in flight. */
 int xfer_mr_dereg(xfer_mr_t *mr);
 /* Withdraws the registration but keeps the handle: once this returns, a
@@ -194,6 +203,11 @@ struct xfer_completion {
 	void *cb_ctx;
 	uint64_t timeout_ms; /* 0: engine default */
 	uint64_t tag;        /* groups operations for xfer_cancel; 0: none */
+	/* Optional: stored (release) just before the completion is delivered, so
+	 * that a GPU kernel polling mapped memory (or any thread) can start
+	 * without a host round trip. Host memory, or a watcher-style mapped word. */
+	volatile uint64_t *signal;
+	uint64_t signal_value;
 };
 
 /* SEND of len bytes, at most our msg_max and the peer's (-EMSGSIZE); the
@@ -314,6 +328,24 @@ int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *inf
 /* As xfer_recv but waits up to timeout_ms (-ETIMEDOUT). */
 int xfer_recv_wait(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info,
 		   uint64_t timeout_ms);
+
+/* ------------------------------------------------------------------ watcher */
+
+typedef struct xfer_watcher xfer_watcher_t;
+/* Runs on the watcher's thread; may submit operations, must not block long. */
+typedef void (*xfer_watch_fn)(void *ctx, uint64_t old_value, uint64_t new_value);
+
+/* A 64-bit word that a GPU kernel (or any thread) bumps, and a thread that
+ * calls cb(old, new) when it changes. The word is pinned host memory mapped
+ * into the GPU when CUDA is present (write it from a kernel through
+ * xfer_watcher_device_ptr; CUDA Graph capture and replay work, since it is a
+ * plain store), plain host memory otherwise. spin_us: how long the thread
+ * spins after a change before it backs off to 50 us sleeps (0: 1000). */
+int xfer_watcher_create(xfer_watch_fn cb, void *ctx, uint32_t spin_us, xfer_watcher_t **out);
+void xfer_watcher_destroy(xfer_watcher_t *w);
+volatile uint64_t *xfer_watcher_word(xfer_watcher_t *w);
+/* Device address of the word (0 without CUDA). */
+uint64_t xfer_watcher_device_ptr(xfer_watcher_t *w);
 
 /* ----------------------------------------------------------------- topology */
 

@@ -9,6 +9,7 @@ static void cancel_finish(struct worker *w, struct cancel_rec *c, int res)
 {
 	c->used = false;
 	w->ncancels--;
+	signal_store(c->signal, c->signal_value);
 	worker_deliver(w, c->cb, c->cb_ctx, c->user_data, res, XFER_OP_CANCEL);
 }
 
@@ -23,7 +24,8 @@ void cancel_start(struct worker *w, const struct sub *s)
 	}
 	struct cancel_rec *c = &w->cancels[i];
 	*c = (struct cancel_rec){.used = true, .tag = s->tag, .deadline_ns = s->deadline_ns,
-				 .user_data = s->user_data, .cb = s->cb, .cb_ctx = s->cb_ctx};
+				 .user_data = s->user_data, .cb = s->cb, .cb_ctx = s->cb_ctx,
+				 .signal = s->signal, .signal_value = s->signal_value};
 	w->ncancels++;
 	for (struct op *op = w->live.next_live; op != &w->live; op = op->next_live) {
 		if (op->s.tag != s->tag)

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda/cuda_api.h"
 #include "log.h"
 #include "worker.h"
 
@@ -223,6 +224,8 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 			e->id = now_ns() ^ ((uint64_t)getpid() << 32);
 	} while (e->id == 0);
 	atomic_init(&e->next_key, (e->id & 0xffffffffull) << 16);
+	atomic_init(&e->next_region_id, 1);
+	e->host_id = cuda_host_id();
 	e->peers = calloc(e->max_peers, sizeof(*e->peers));
 	if (!e->provider_req || (attr->nics && *attr->nics && !e->nics_req) || e->wake_fd < 0 ||
 	    !e->peers) {

@@ -20,6 +20,8 @@
 #define MSG_MAGIC 0x58464d53u    /* "XFMS": an application message */
 #define MSG_MAGIC_HB 0x58464842u   /* "XFHB": a liveness probe, never delivered */
 #define MSG_MAGIC_PONG 0x58465047u /* "XFPG": the answer to a probe */
+#define MSG_MAGIC_NOTICE 0x58464e54u /* "XFNT": data for a GPU region landed or was copied */
+#define NOTICE_HDR 24u
 #define SEND_BUFS 128
 #define SINK_BYTES 64
 #define MAX_PEERS_DEFAULT 1024
@@ -55,6 +57,8 @@ struct sub {
 	void *cb_ctx;
 	uint64_t deadline_ns;
 	uint64_t tag;
+	volatile uint64_t *signal;
+	uint64_t signal_value;
 	uint64_t t_call, t_enq; /* only when tracing */
 	union {
 		struct {
@@ -90,6 +94,12 @@ struct xfer_mr {
 	bool registered;
 	void *buf;
 	size_t len;
+	uint64_t id;     /* names the region in notices */
+	int gpu;         /* CUDA device of buf, -1 for host memory */
+	void *reg_buf;   /* what the NICs see: buf, or the pinned host mirror of GPU memory */
+	bool has_ipc;
+	uint8_t ipc[64]; /* CUDA IPC handle of the allocation holding buf */
+	uint64_t ipc_offset;
 	atomic_uint inflight;
 	bool revoked;
 	struct nic_mr nic[XFER_NIC_MAX];
@@ -109,6 +119,11 @@ struct xfer_rmr {
 	uint64_t len;
 	uint8_t nnics;
 	struct wire_rkey nic[XFER_NIC_MAX];
+	uint8_t flags; /* WIRE_DESC_* */
+	uint64_t region_id, host_id, ipc_offset;
+	uint8_t ipc[64];
+	uint64_t ipc_ptr; /* opened lazily by the worker; closed by xfer_rmr_free */
+	int ipc_failed;
 };
 
 enum peer_state { PEER_FREE = 0, PEER_LIVE = XFER_PEER_LIVE, PEER_DEAD = XFER_PEER_DEAD };
@@ -163,6 +178,8 @@ struct xfer_engine {
 	uint32_t recv_slots; /* recv_count * nnics */
 	uint32_t slot_bytes; /* msg_max + header */
 	atomic_uint_fast64_t next_key;
+	atomic_uint_fast64_t next_region_id;
+	uint64_t host_id;
 
 	struct worker *w;
 	pthread_t thread;

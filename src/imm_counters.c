@@ -9,6 +9,8 @@ static void fire(struct worker *w, struct imm_entry *en, int res)
 	xfer_complete_fn cb = en->cb;
 	void *ctx = en->cb_ctx;
 	uint64_t ud = en->user_data;
+	volatile uint64_t *sig = en->signal;
+	uint64_t sigv = en->signal_value;
 	if (res == 0)
 		en->count -= en->expected;
 	en->expected = 0;
@@ -16,6 +18,7 @@ static void fire(struct worker *w, struct imm_entry *en, int res)
 	w->imm.armed--;
 	if (en->count == 0)
 		imm_table_release(&w->imm, en);
+	signal_store(sig, sigv);
 	worker_deliver(w, cb, ctx, ud, res, XFER_OP_EXPECT);
 }
 
@@ -49,6 +52,8 @@ void imm_arm(struct worker *w, const struct sub *s)
 	en->user_data = s->user_data;
 	en->cb = s->cb;
 	en->cb_ctx = s->cb_ctx;
+	en->signal = s->signal;
+	en->signal_value = s->signal_value;
 	w->imm.armed++;
 	worker_note_deadline(w, en->deadline_ns);
 	if (en->count >= en->expected)

@@ -18,6 +18,8 @@ struct imm_entry {
 	uint64_t user_data;
 	xfer_complete_fn cb;
 	void *cb_ctx;
+	volatile uint64_t *signal;
+	uint64_t signal_value;
 };
 
 struct imm_table {

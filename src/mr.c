@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_api.h"
 #include "engine.h"
 #include "log.h"
+
+static void free_gpu(xfer_mr_t *mr);
 
 int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
 {
@@ -18,7 +21,8 @@ int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
 			if (e->nics[n].key_bits < 64)
 				key &= (1ull << e->nics[n].key_bits) - 1;
 		}
-		int ret = e->ops.mr_reg(&e->nics[n], mr->buf, mr->len, key, &mr->nic[n]);
+		int ret = e->ops.mr_reg(&e->nics[n], mr->reg_buf ? mr->reg_buf : mr->buf, mr->len, key,
+					&mr->nic[n]);
 		if (ret) {
 			while (n-- > 0)
 				e->ops.mr_dereg(&e->nics[n], &mr->nic[n]);
@@ -76,8 +80,24 @@ void mr_free_all(xfer_engine_t *e)
 	while (head->next && head->next != head) {
 		xfer_mr_t *mr = head->next;
 		list_del(mr);
+		free_gpu(mr);
 		free(mr);
 	}
+}
+
+/* The worker finds a region named by a notice (only GPU regions get them). */
+xfer_mr_t *mr_find(xfer_engine_t *e, uint64_t id)
+{
+	xfer_mr_t *head = &e->user_mrs;
+	for (xfer_mr_t *mr = head->next; mr && mr != head; mr = mr->next)
+		if (mr->id == id)
+			return mr;
+	return NULL;
+}
+
+int xfer_mr_is_gpu(const xfer_mr_t *mr)
+{
+	return mr->gpu;
 }
 
 static int reg_on_worker(xfer_engine_t *e, void *arg)
@@ -103,6 +123,37 @@ static int dereg_on_worker(xfer_engine_t *e, void *arg)
 	return 0;
 }
 
+/* GPU memory over providers without FI_HMEM: a pinned host mirror carries
+ * the bytes on the wire, and an IPC handle lets peers on this host copy
+ * GPU to GPU directly. */
+static int setup_gpu(xfer_mr_t *mr, int dev)
+{
+	const struct cuda_api *c = cuda_get();
+	if (!c || cuda_use_device(dev))
+		return -XFER_ENOGPU;
+	if (c->cuMemHostAlloc(&mr->reg_buf, mr->len, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
+		return -ENOMEM;
+	mr->gpu = dev;
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	CUipcMemHandle h;
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)mr->buf;
+	if (!c->cuMemGetAddressRange(&base, &size, p) && !c->cuIpcGetMemHandle(&h, base)) {
+		memcpy(mr->ipc, &h, sizeof(mr->ipc));
+		mr->ipc_offset = p - base;
+		mr->has_ipc = true;
+	}
+	return 0;
+}
+
+static void free_gpu(xfer_mr_t *mr)
+{
+	const struct cuda_api *c = cuda_get();
+	if (mr->gpu >= 0 && mr->reg_buf && c)
+		c->cuMemFreeHost(mr->reg_buf);
+	mr->reg_buf = NULL;
+}
+
 int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
 {
 	if (!e || !buf || !len || !out || (uintptr_t)buf > UINTPTR_MAX - len)
@@ -116,8 +167,15 @@ int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
 	mr->e = e;
 	mr->buf = buf;
 	mr->len = len;
-	int ret = engine_call(e, reg_on_worker, mr);
+	mr->gpu = -1;
+	mr->id = atomic_fetch_add(&e->next_region_id, 1);
+	int dev = cuda_device_of(buf), ret = 0;
+	if (dev >= 0)
+		ret = setup_gpu(mr, dev);
+	if (!ret)
+		ret = engine_call(e, reg_on_worker, mr);
 	if (ret) {
+		free_gpu(mr);
 		free(mr);
 		return ret;
 	}
@@ -138,8 +196,10 @@ int xfer_mr_dereg(xfer_mr_t *mr)
 		pthread_mutex_unlock(&e->ctl_lock);
 		ret = 0;
 	}
-	if (!ret)
+	if (!ret) {
+		free_gpu(mr);
 		free(mr);
+	}
 	return ret;
 }
 
@@ -152,6 +212,15 @@ int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need)
 	for (unsigned n = 0; n < e->nnics; n++) {
 		d.nic[n].base = mr->nic[n].base;
 		d.nic[n].key = mr->nic[n].key;
+	}
+	d.region_id = mr->id;
+	if (mr->gpu >= 0)
+		d.flags |= WIRE_DESC_STAGED;
+	if (mr->has_ipc) {
+		d.flags |= WIRE_DESC_IPC;
+		d.host_id = e->host_id;
+		memcpy(d.ipc, mr->ipc, sizeof(d.ipc));
+		d.ipc_offset = mr->ipc_offset;
 	}
 	return wire_desc_encode(&d, buf, cap, need);
 }

@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "log.h"
 #include "worker.h"
+#include "cuda/cuda_api.h"
 
 struct peer_add_args {
 	const struct wire_addr *a;
@@ -171,12 +172,22 @@ int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t
 	r->len = d.len;
 	r->nnics = d.nnics;
 	memcpy(r->nic, d.nic, sizeof(r->nic));
+	r->flags = d.flags;
+	r->region_id = d.region_id;
+	r->host_id = d.host_id;
+	r->ipc_offset = d.ipc_offset;
+	memcpy(r->ipc, d.ipc, sizeof(r->ipc));
 	*out = r;
 	return 0;
 }
 
 void xfer_rmr_free(xfer_rmr_t *rmr)
 {
+	if (!rmr)
+		return;
+	const struct cuda_api *c = rmr->ipc_ptr ? cuda_get() : NULL;
+	if (c)
+		c->cuIpcCloseMemHandle(rmr->ipc_ptr);
 	free(rmr);
 }
 

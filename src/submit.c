@@ -36,8 +36,11 @@ static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_c
 			    uint64_t t_call)
 {
 	s->t_call = t_call;
-	if (c)
+	if (c) {
 		s->tag = c->tag;
+		s->signal = c->signal;
+		s->signal_value = c->signal_value;
+	}
 	uint64_t timeout = e->attr.timeout_ms;
 	if (c) {
 		s->user_data = c->user_data;
@@ -306,6 +309,8 @@ int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *s
 			return ret;
 		if (en->dst->peer != g->peers[en->member])
 			return -XFER_EFOREIGN;
+		if (en->dst->flags & WIRE_DESC_STAGED)
+			return -EOPNOTSUPP; /* scatter into GPU regions: not over staging yet */
 		if (en->len && (!sc->src || !range_ok(en->src_off, en->len, sc->src->len)))
 			return -EINVAL;
 		if (!range_ok(en->dst_off, en->len, en->dst->len))

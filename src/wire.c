@@ -175,6 +175,15 @@ int wire_desc_encode(const struct wire_desc *d, void *buf, size_t cap, size_t *n
 		put_u(&c, d->nic[i].base, 8);
 		put_u(&c, d->nic[i].key, 8);
 	}
+	if (d->flags & ~WIRE_DESC_FLAGS)
+		return -EINVAL;
+	put_u(&c, d->flags, 1);
+	put_u(&c, d->region_id, 8);
+	if (d->flags & WIRE_DESC_IPC) {
+		put_u(&c, d->host_id, 8);
+		put(&c, d->ipc, sizeof(d->ipc));
+		put_u(&c, d->ipc_offset, 8);
+	}
 	return finish_encode(&c, need);
 }
 
@@ -193,6 +202,15 @@ int wire_desc_decode(const void *buf, size_t len, struct wire_desc *out)
 	for (unsigned i = 0; i < out->nnics; i++) {
 		out->nic[i].base = get_u(&c, 8);
 		out->nic[i].key = get_u(&c, 8);
+	}
+	out->flags = (uint8_t)get_u(&c, 1);
+	if (out->flags & ~WIRE_DESC_FLAGS)
+		return -XFER_EBADWIRE;
+	out->region_id = get_u(&c, 8);
+	if (out->flags & WIRE_DESC_IPC) {
+		out->host_id = get_u(&c, 8);
+		get(&c, out->ipc, sizeof(out->ipc));
+		out->ipc_offset = get_u(&c, 8);
 	}
 	if (c.bad || c.pos != c.cap || out->engine_id == 0)
 		return -XFER_EBADWIRE;

@@ -32,11 +32,21 @@ struct wire_rkey {
 	uint64_t key;
 };
 
+/* Region flags: where the bytes really live. */
+#define WIRE_DESC_STAGED 0x1 /* GPU memory: writes land in a host mirror, announced by notice */
+#define WIRE_DESC_IPC 0x2    /* a CUDA IPC handle follows, for peers on the same host */
+#define WIRE_DESC_FLAGS (WIRE_DESC_STAGED | WIRE_DESC_IPC)
+
 struct wire_desc {
 	uint64_t engine_id;
 	uint64_t len;
 	uint8_t nnics;
 	struct wire_rkey nic[XFER_NIC_MAX];
+	uint8_t flags;
+	uint64_t region_id;
+	uint64_t host_id;    /* with WIRE_DESC_IPC */
+	uint8_t ipc[64];     /* with WIRE_DESC_IPC */
+	uint64_t ipc_offset; /* of the region within the IPC allocation */
 };
 
 /* Encoders return the encoded length, or -ENOSPC with *need set. */

@@ -128,16 +128,38 @@ static void op_finish(struct worker *w, struct op *op)
 	release_refs(w->e, &op->s);
 	if (op->s.t_call)
 		trace_op(w, op);
-	if (!op->user_done)
+	if (!op->user_done) {
+		signal_store(op->s.signal, op->s.signal_value);
 		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, op->status, op->s.kind);
+	}
 	if (op->cancels)
 		cancel_op_finished(w, op);
 	op->next_post = w->free_ops;
 	w->free_ops = op;
 }
 
+static void op_enqueue(struct worker *w, struct op *op)
+{
+	op->queued = true;
+	op->next_post = NULL;
+	if (w->post_tail)
+		w->post_tail->next_post = op;
+	else
+		w->post_head = op;
+	w->post_tail = op;
+}
+
 static void op_maybe_finish(struct worker *w, struct op *op)
 {
+	/* Data into a staged GPU region has landed: now the notices. */
+	if (op->path == PATH_STAGED && op->phase == 0 && !op->queued && op->posted == op->total &&
+	    op->done == op->posted && op->status == 0) {
+		op->phase = 1;
+		op->data_total = op->posted;
+		op->total = op->posted + gpu_notice_count(w->e, op);
+		op_enqueue(w, op);
+		return;
+	}
 	/* An op still in the posting FIFO is finished by post_pending instead,
 	 * so that the FIFO never holds a freed op. */
 	if (!op->queued && op->posted == op->total && op->done == op->posted)
@@ -156,6 +178,7 @@ void op_complete_early(struct worker *w, struct op *op, int status)
 	if (op->user_done)
 		return;
 	op->user_done = true;
+	signal_store(op->s.signal, op->s.signal_value);
 	worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, status, op->s.kind);
 }
 
@@ -215,7 +238,9 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 		uint64_t k = op->shards, base = s->u.write.len / k, rem = s->u.write.len % k;
 		uint64_t off = i * base + (i < rem ? i : rem);
 		nw->len = base + (i < rem);
-		nw->buf = (uint8_t *)src->buf + s->u.write.src_off + off;
+		if (src->gpu >= 0 && gpu_stage_src(w, src, s->u.write.src_off + off, nw->len))
+			return -EIO;
+		nw->buf = (uint8_t *)(src->reg_buf ? src->reg_buf : src->buf) + s->u.write.src_off + off;
 		nw->desc = src->nic[n].desc;
 		to_region(nw, s->u.write.dst, n, s->u.write.dst_off + off);
 		break;
@@ -223,7 +248,10 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 	case SUB_PAGED: {
 		const struct xfer_paged_write *pw = &s->u.paged;
 		/* Bounds were proven at submission; these cannot overflow. */
-		nw->buf = (uint8_t *)pw->src->buf + pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
+		uint64_t soff = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
+		if (pw->src->gpu >= 0 && gpu_stage_src(w, pw->src, soff, pw->page_len))
+			return -EIO;
+		nw->buf = (uint8_t *)(pw->src->reg_buf ? pw->src->reg_buf : pw->src->buf) + soff;
 		nw->len = pw->page_len;
 		nw->desc = pw->src->nic[n].desc;
 		to_region(nw, pw->dst, n, pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride);
@@ -259,7 +287,33 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 	if (!peer_usable(p))
 		return -XFER_EPEER;
 	nw->dest = p->dest[n];
+	/* Into a staged GPU region the immediate rides on the notice instead. */
+	if (op->path == PATH_STAGED)
+		nw->has_imm = 0;
 	return 0;
+}
+
+/* Notice k of op, built in its own bounce buffer. */
+static int post_notice(struct worker *w, struct op *op, struct wr *wr, unsigned n, uint32_t k)
+{
+	xfer_engine_t *e = w->e;
+	const struct peer *p = &e->peers[op->s.peer];
+	if (!peer_usable(p))
+		return -XFER_EPEER;
+	if (!w->nfree_send)
+		return -EAGAIN;
+	uint32_t b = w->free_send[--w->nfree_send];
+	uint8_t *buf = e->send_bufs + (size_t)b * e->slot_bytes;
+	size_t body = gpu_notice_build(e, op, k, buf + MSG_HDR_BYTES);
+	uint32_t hdr[4] = {MSG_MAGIC_NOTICE, (uint32_t)body, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
+	memcpy(buf, hdr, MSG_HDR_BYTES);
+	int ret = e->ops.post_send(&e->nics[n], p->dest[n], buf, MSG_HDR_BYTES + body,
+				   e->send_mr->nic[n].desc, wr);
+	if (ret)
+		w->free_send[w->nfree_send++] = b;
+	else
+		wr->sendbuf = b;
+	return ret;
 }
 
 static int post_send_op(struct worker *w, struct op *op, struct wr *wr, unsigned n)
@@ -298,15 +352,31 @@ static void set_entry_status(struct op *op, uint32_t i, int status)
 static int op_post(struct worker *w, struct op *op)
 {
 	xfer_engine_t *e = w->e;
+	if (op->path == PATH_IPC && op->phase == 0 && op->status == 0) {
+		int ret = gpu_ipc_copy(w, op);
+		const xfer_rmr_t *r = op->s.kind == SUB_WRITE ? op->s.u.write.dst : op->s.u.paged.dst;
+		if (ret && r->ipc_failed) {
+			op->path = PATH_STAGED; /* no IPC after all: through host memory */
+			goto post;
+		}
+		if (ret) {
+			op_fail(op, ret);
+			return 0;
+		}
+		op->phase = 1;
+		op->data_total = op->posted;
+		op->total = op->posted + gpu_notice_count(e, op);
+	}
+post:
 	while (op->posted < op->total) {
 		uint32_t i = op->posted;
-		unsigned n = wr_nic(e, op, i);
+		unsigned n = op->phase ? (op->nic_base % e->nnics) : wr_nic(e, op, i);
 		if (!w->credits[n])
 			return -EAGAIN;
 		struct nic_write nw = {0};
 		int ret = 0;
 		struct wr *wr = NULL;
-		if (op->s.kind != SUB_SEND)
+		if (op->s.kind != SUB_SEND && !op->phase)
 			ret = build(w, op, i, n, &nw);
 		if (!ret) {
 			wr = wr_get(w);
@@ -316,7 +386,12 @@ static int op_post(struct worker *w, struct op *op)
 			wr->nic = (uint8_t)n;
 			wr->kind = WR_OP;
 			wr->slot = i;
-			ret = op->s.kind == SUB_SEND ? post_send_op(w, op, wr, n) : e->ops.post_write(&e->nics[n], &nw, wr);
+			wr->sendbuf = UINT32_MAX;
+			if (op->phase)
+				ret = post_notice(w, op, wr, n, i - op->data_total);
+			else
+				ret = op->s.kind == SUB_SEND ? post_send_op(w, op, wr, n)
+							     : e->ops.post_write(&e->nics[n], &nw, wr);
 		}
 		if (ret == -EAGAIN) {
 			if (wr)
@@ -406,12 +481,8 @@ static void accept_op(struct worker *w, const struct sub *s)
 	w->live.prev_live->next_live = op;
 	w->live.prev_live = op;
 	w->nlive++;
-	op->queued = true;
-	if (w->post_tail)
-		w->post_tail->next_post = op;
-	else
-		w->post_head = op;
-	w->post_tail = op;
+	op->path = (uint8_t)gpu_classify(w->e, s);
+	op_enqueue(w, op);
 }
 
 static void handle_sub(struct worker *w, const struct sub *s)
@@ -480,6 +551,11 @@ static void on_recv(struct worker *w, struct wr *wr, const struct nic_event *ev)
 		hb_message(w, hdr[0], (uint64_t)hdr[2] | (uint64_t)hdr[3] << 32);
 		return;
 	}
+	if (ev->len >= MSG_HDR_BYTES && hdr[0] == MSG_MAGIC_NOTICE) {
+		gpu_notice_received(w, b + MSG_HDR_BYTES, ev->len - MSG_HDR_BYTES);
+		repost_recv(w, wr);
+		return;
+	}
 	if (ev->len < MSG_HDR_BYTES || hdr[0] != MSG_MAGIC || hdr[1] > e->attr.msg_max ||
 	    (size_t)hdr[1] + MSG_HDR_BYTES != ev->len) {
 		xwarn("dropping malformed message of %zu bytes", ev->len);
@@ -507,6 +583,8 @@ static void on_tx(struct worker *w, struct wr *wr, int status)
 		return;
 	}
 	w->credits[wr->nic]++;
+	if (wr->sendbuf != UINT32_MAX)
+		w->free_send[w->nfree_send++] = wr->sendbuf;
 	wr_put(w, wr);
 	op->done++;
 	set_entry_status(op, i, status);
@@ -640,6 +718,7 @@ void worker_quiesce(struct worker *w, int status)
 			continue;
 		}
 		release_refs(e, &s);
+		signal_store(s.signal, s.signal_value);
 		worker_deliver(w, s.cb, s.cb_ctx, s.user_data, status, s.kind);
 	}
 	for (struct op *op = w->post_head; op; op = op->next_post)

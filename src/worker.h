@@ -14,13 +14,23 @@ struct wr {
 	_Alignas(16) unsigned char prov[NIC_CTX_BYTES];
 	struct op *op;
 	uint32_t slot; /* receive slot (WR_RECV), request index (WR_OP), peer (WR_HB) */
+	uint32_t sendbuf; /* bounce buffer a notice was built in, else UINT32_MAX */
 	uint8_t nic;
 	uint8_t kind;
 	struct wr *next_free;
 };
 
+enum op_path {
+	PATH_FABRIC, /* requests straight to the NICs */
+	PATH_STAGED, /* into a peer's GPU region through its host mirror, then notices */
+	PATH_IPC,    /* GPU to GPU on this host, then a notice */
+};
+
 struct op {
 	struct sub s;
+	uint8_t path;        /* enum op_path */
+	uint8_t phase;       /* 0: data, 1: notices */
+	uint32_t data_total; /* requests of the data phase */
 	struct op *next_post;
 	struct op *prev_live, *next_live; /* in-flight list for deadline scans */
 	uint32_t posted, total, done;
@@ -37,6 +47,8 @@ struct op {
 
 struct cancel_rec {
 	bool used;
+	volatile uint64_t *signal;
+	uint64_t signal_value;
 	uint64_t tag;
 	uint32_t waiting, cut;
 	uint64_t deadline_ns, user_data;
@@ -80,7 +92,16 @@ struct worker {
 	int epfd;
 	bool all_nics_have_fd;
 	bool cq_pushed, inbox_pushed;
+	int cuda_dev; /* device whose context is current on the worker, -1 none */
 };
+
+/* gpu_path.c */
+int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len);
+enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s);
+int gpu_ipc_copy(struct worker *w, struct op *op);
+uint32_t gpu_notice_count(const xfer_engine_t *e, const struct op *op);
+size_t gpu_notice_build(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf);
+void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len);
 
 int worker_setup_buffers(struct worker *w);
 void worker_post_initial_recvs(struct worker *w);
@@ -108,6 +129,13 @@ bool is_peer_failure(int status);
 void cancel_start(struct worker *w, const struct sub *s);
 void cancel_op_finished(struct worker *w, struct op *op);
 void cancel_expire(struct worker *w, uint64_t now, uint64_t *next_deadline);
+
+/* Before a completion is delivered: its optional mapped-memory signal. */
+static inline void signal_store(volatile uint64_t *p, uint64_t v)
+{
+	if (p)
+		__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
 
 /* worker.c, shared with the files above */
 void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t user_data, int res,

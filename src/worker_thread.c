@@ -117,6 +117,7 @@ static void *worker_main_impl(struct worker_start *st)
 	if (w) {
 		w->e = e;
 		w->epfd = -1;
+		w->cuda_dev = -1;
 		e->w = w;
 		ret = engine_bringup(e, w);
 		if (!ret)

@@ -29,7 +29,14 @@ int main(void)
 		char name[64];
 		snprintf(name, sizeof(name), "addr-%dnic", nn);
 		save(name, buf, wire_addr_encode(&a, buf, sizeof(buf), NULL));
-		struct wire_desc d = {.engine_id = 99, .len = 1ull << 30, .nnics = (uint8_t)nn};
+		struct wire_desc d = {.engine_id = 99, .len = 1ull << 30, .nnics = (uint8_t)nn,
+				      .region_id = (uint64_t)nn};
+		if (nn == 2) {
+			d.flags = WIRE_DESC_STAGED | WIRE_DESC_IPC;
+			d.host_id = 0x1234;
+			memset(d.ipc, 0xab, sizeof(d.ipc));
+			d.ipc_offset = 4096;
+		}
 		for (int i = 0; i < nn; i++) {
 			d.nic[i].base = i ? 0x7f0000001000ull : 0;
 			d.nic[i].key = 7u + (unsigned)i;

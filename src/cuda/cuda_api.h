@@ -1,0 +1,54 @@
+/* The few CUDA driver calls the engine makes, loaded at run time with
+ * dlopen so that libxfer needs neither the CUDA toolkit to build nor a GPU
+ * driver to load. The types mirror cuda.h's ABI; only what we use. */
+#ifndef XFER_CUDA_API_H
+#define XFER_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef unsigned long long CUdeviceptr;
+typedef struct {
+	char reserved[64];
+} CUipcMemHandle;
+
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_MEMORYTYPE_DEVICE 2
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+
+struct cuda_api {
+	CUresult (*cuInit)(unsigned);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuDeviceGetCount)(int *);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*cuCtxSetCurrent)(CUcontext);
+	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
+	CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
+	CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+	CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+	CUresult (*cuMemFreeHost)(void *);
+	CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+	CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+	CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+	CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+	CUresult (*cuCtxSynchronize)(void);
+};
+
+/* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */
+const struct cuda_api *cuda_get(void);
+/* Makes device `dev`'s primary context current on the calling thread. */
+int cuda_use_device(int dev);
+/* Device ordinal owning ptr when it is CUDA device memory, else -1. */
+int cuda_device_of(const void *ptr);
+/* Identifies this host among peers (same-host transports need it). */
+uint64_t cuda_host_id(void);
+
+#endif

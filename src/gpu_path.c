@@ -1,0 +1,209 @@
+/* GPU regions on the worker. Providers here lack FI_HMEM, so:
+ *  - a GPU source is copied to its pinned host mirror just before a request
+ *    is posted from it;
+ *  - a write into a peer's GPU region lands in the peer's host mirror without
+ *    its immediate, and once it has landed a NOTICE message tells the peer
+ *    which ranges to copy to the GPU and how many immediates to count, so an
+ *    immediate never runs ahead of the data in GPU memory;
+ *  - between GPUs of one host, the worker copies GPU to GPU through the
+ *    peer's CUDA IPC mapping (NVLink where present) and sends a NOTICE with
+ *    the count alone.
+ * Copies are synchronous on the worker: simple and correct first. */
+#include <errno.h>
+#include <string.h>
+
+#include "cuda/cuda_api.h"
+#include "log.h"
+#include "worker.h"
+
+xfer_mr_t *mr_find(xfer_engine_t *e, uint64_t id);
+
+static int use_dev(struct worker *w, int dev)
+{
+	if (w->cuda_dev == dev)
+		return 0;
+	int ret = cuda_use_device(dev);
+	if (!ret)
+		w->cuda_dev = dev;
+	return ret;
+}
+
+int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len)
+{
+	const struct cuda_api *c = cuda_get();
+	if (!len)
+		return 0;
+	if (!c || use_dev(w, src->gpu))
+		return -XFER_ENOGPU;
+	CUdeviceptr from = (CUdeviceptr)(uintptr_t)src->buf + off;
+	return c->cuMemcpyDtoH((uint8_t *)src->reg_buf + off, from, len) ? -EIO : 0;
+}
+
+enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s)
+{
+	const xfer_rmr_t *r = s->kind == SUB_WRITE ? s->u.write.dst
+			      : s->kind == SUB_PAGED ? s->u.paged.dst
+						     : NULL;
+	if (!r || !(r->flags & WIRE_DESC_STAGED))
+		return PATH_FABRIC;
+	if ((r->flags & WIRE_DESC_IPC) && r->host_id == e->host_id && cuda_get() && !r->ipc_failed)
+		return PATH_IPC;
+	return PATH_STAGED;
+}
+
+/* Bytes of the source of op for [off, off+len), as a device or host address. */
+static int copy_to(struct worker *w, const struct op *op, CUdeviceptr dst, xfer_mr_t *src,
+		   uint64_t src_off, uint64_t len)
+{
+	const struct cuda_api *c = cuda_get();
+	if (!len)
+		return 0;
+	if (src && src->gpu >= 0)
+		return c->cuMemcpyDtoD(dst, (CUdeviceptr)(uintptr_t)src->buf + src_off, len) ? -EIO : 0;
+	const void *from = src ? (const uint8_t *)src->buf + src_off : w->e->sink->buf;
+	(void)op;
+	return c->cuMemcpyHtoD(dst, from, len) ? -EIO : 0;
+}
+
+int gpu_ipc_copy(struct worker *w, struct op *op)
+{
+	const struct cuda_api *c = cuda_get();
+	const struct sub *s = &op->s;
+	xfer_rmr_t *r = (xfer_rmr_t *)(s->kind == SUB_WRITE ? s->u.write.dst : s->u.paged.dst);
+	xfer_mr_t *src = s->kind == SUB_WRITE ? s->u.write.src : s->u.paged.src;
+	if (!c)
+		return -XFER_ENOGPU;
+	/* Any device's context can open the handle; prefer the source's. */
+	if (use_dev(w, src && src->gpu >= 0 ? src->gpu : 0))
+		return -XFER_ENOGPU;
+	if (!r->ipc_ptr) {
+		CUipcMemHandle h;
+		memcpy(&h, r->ipc, sizeof(h));
+		CUdeviceptr opened = 0;
+		if (c->cuIpcOpenMemHandle(&opened, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) {
+			r->ipc_failed = 1;
+			xwarn("cannot open the peer's CUDA IPC handle; later writes go through host memory");
+			return -EIO;
+		}
+		r->ipc_ptr = opened;
+	}
+	CUdeviceptr base = r->ipc_ptr + r->ipc_offset;
+	int ret = 0;
+	if (s->kind == SUB_WRITE) {
+		ret = copy_to(w, op, base + s->u.write.dst_off, src, s->u.write.src_off, s->u.write.len);
+	} else {
+		const struct xfer_paged_write *pw = &s->u.paged;
+		for (uint32_t i = 0; i < pw->npages && !ret; i++)
+			ret = copy_to(w, op, base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride,
+				      src, pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride,
+				      pw->page_len);
+	}
+	return ret;
+}
+
+static uint32_t ranges_per_notice(const xfer_engine_t *e, const struct op *op)
+{
+	uint32_t room = e->peers[op->s.peer].msg_max;
+	if (room > e->attr.msg_max)
+		room = e->attr.msg_max;
+	return room > NOTICE_HDR + 16 ? (room - NOTICE_HDR) / 16 : 1;
+}
+
+uint32_t gpu_notice_count(const xfer_engine_t *e, const struct op *op)
+{
+	if (op->path == PATH_IPC || op->s.kind == SUB_WRITE)
+		return 1;
+	uint32_t per = ranges_per_notice(e, op);
+	return (op->s.u.paged.npages + per - 1) / per;
+}
+
+/* Builds notice k of op into buf (after the message header); returns its
+ * body length. */
+size_t gpu_notice_build(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf)
+{
+	const struct sub *s = &op->s;
+	const xfer_rmr_t *r = s->kind == SUB_WRITE ? s->u.write.dst : s->u.paged.dst;
+	uint32_t first = 0, n = 0, count;
+	bool ranges = op->path == PATH_STAGED;
+	if (s->kind == SUB_WRITE) {
+		count = op->shards;
+		n = ranges ? 1 : 0;
+	} else if (!ranges) {
+		count = s->u.paged.npages;
+	} else {
+		uint32_t per = ranges_per_notice(e, op);
+		first = k * per;
+		n = s->u.paged.npages - first < per ? s->u.paged.npages - first : per;
+		count = n;
+	}
+	uint64_t id = r->region_id;
+	uint32_t head[4] = {s->imm, (s->flags & XFER_F_IMM) ? count : 0, n, 0};
+	memcpy(buf, &id, 8);
+	memcpy(buf + 8, head, 16);
+	uint8_t *p = buf + NOTICE_HDR;
+	for (uint32_t i = 0; i < n; i++, p += 16) {
+		uint64_t off, len;
+		if (s->kind == SUB_WRITE) {
+			off = s->u.write.dst_off;
+			len = s->u.write.len;
+		} else {
+			const struct xfer_paged_write *pw = &s->u.paged;
+			off = pw->dst_base + (uint64_t)pw->dst_pages[first + i] * pw->dst_stride;
+			len = pw->page_len;
+		}
+		memcpy(p, &off, 8);
+		memcpy(p + 8, &len, 8);
+	}
+	return NOTICE_HDR + (size_t)n * 16;
+}
+
+/* A peer says data landed in our mirror (or was copied to our GPU): make it
+ * visible on the GPU, then count the immediates. Untrusted input: a notice
+ * that names no GPU region of ours or a range outside it is dropped whole. */
+void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len)
+{
+	xfer_engine_t *e = w->e;
+	uint64_t id;
+	uint32_t head[4];
+	if (len < NOTICE_HDR)
+		return;
+	memcpy(&id, body, 8);
+	memcpy(head, body + 8, 16);
+	uint32_t imm = head[0], count = head[1], n = head[2];
+	if ((size_t)n > (len - NOTICE_HDR) / 16 || NOTICE_HDR + (size_t)n * 16 != len) {
+		xwarn("dropping a malformed notice");
+		return;
+	}
+	if (n) {
+		xfer_mr_t *mr = mr_find(e, id);
+		const struct cuda_api *c = cuda_get();
+		if (!mr || mr->gpu < 0 || !mr->registered || !c || use_dev(w, mr->gpu)) {
+			xwarn("dropping a notice for region %llu: not a live GPU region here",
+			      (unsigned long long)id);
+			return;
+		}
+		const uint8_t *p = body + NOTICE_HDR;
+		for (uint32_t i = 0; i < n; i++, p += 16) {
+			uint64_t off, l;
+			memcpy(&off, p, 8);
+			memcpy(&l, p + 8, 8);
+			if (off > mr->len || l > mr->len - off) {
+				xwarn("dropping a notice with a range outside region %llu", (unsigned long long)id);
+				return;
+			}
+		}
+		p = body + NOTICE_HDR;
+		for (uint32_t i = 0; i < n; i++, p += 16) {
+			uint64_t off, l;
+			memcpy(&off, p, 8);
+			memcpy(&l, p + 8, 8);
+			if (l && c->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)mr->buf + off,
+						 (const uint8_t *)mr->reg_buf + off, l)) {
+				xerr("copy to GPU failed; immediates of this notice withheld");
+				return;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < count; i++)
+		imm_arrived(w, imm);
+}
