@@ -226,6 +226,8 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	atomic_init(&e->next_key, (e->id & 0xffffffffull) << 16);
 	atomic_init(&e->next_region_id, 1);
 	e->host_id = cuda_host_id();
+	const char *ipc = getenv("XFER_GPU_IPC");
+	e->gpu_ipc = !(ipc && !strcmp(ipc, "0"));
 	e->peers = calloc(e->max_peers, sizeof(*e->peers));
 	if (!e->provider_req || (attr->nics && *attr->nics && !e->nics_req) || e->wake_fd < 0 ||
 	    !e->peers) {

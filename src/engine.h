@@ -180,6 +180,7 @@ struct xfer_engine {
 	atomic_uint_fast64_t next_key;
 	atomic_uint_fast64_t next_region_id;
 	uint64_t host_id;
+	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
 
 	struct worker *w;
 	pthread_t thread;

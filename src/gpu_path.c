@@ -8,7 +8,8 @@
  *  - between GPUs of one host, the worker copies GPU to GPU through the
  *    peer's CUDA IPC mapping (NVLink where present) and sends a NOTICE with
  *    the count alone.
- * Copies are synchronous on the worker: simple and correct first. */
+ * Copies block the worker until done (IPC copies are issued back to back and
+ * then synchronised once): simple and correct first. */
 #include <errno.h>
 #include <string.h>
 
@@ -46,7 +47,8 @@ enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s)
 						     : NULL;
 	if (!r || !(r->flags & WIRE_DESC_STAGED))
 		return PATH_FABRIC;
-	if ((r->flags & WIRE_DESC_IPC) && r->host_id == e->host_id && cuda_get() && !r->ipc_failed)
+	if ((r->flags & WIRE_DESC_IPC) && e->gpu_ipc && r->host_id == e->host_id && cuda_get() &&
+	    !r->ipc_failed)
 		return PATH_IPC;
 	return PATH_STAGED;
 }
@@ -98,6 +100,10 @@ int gpu_ipc_copy(struct worker *w, struct op *op)
 				      src, pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride,
 				      pw->page_len);
 	}
+	/* Device-to-device copies (and pageable host-to-device ones) may return
+	 * before the bytes are there; the notice must not overtake them. */
+	if (!ret && c->cuCtxSynchronize())
+		ret = -EIO;
 	return ret;
 }
 
