@@ -8,8 +8,8 @@
  *  - between GPUs of one host, the worker copies GPU to GPU through the
  *    peer's CUDA IPC mapping (NVLink where present) and sends a NOTICE with
  *    the count alone.
- * Copies block the worker until done (IPC copies are issued back to back and
- * then synchronised once): simple and correct first. */
+ * Staging copies block the worker; same-host copies run on a stream, and the
+ * op waits (parked, with an event) until they are done before its notice. */
 #include <errno.h>
 #include <string.h>
 
@@ -53,30 +53,39 @@ enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s)
 	return PATH_STAGED;
 }
 
-/* Bytes of the source of op for [off, off+len), as a device or host address. */
-static int copy_to(struct worker *w, const struct op *op, CUdeviceptr dst, xfer_mr_t *src,
-		   uint64_t src_off, uint64_t len)
+/* Issues one copy into the peer's GPU memory on the worker's stream. */
+static int copy_to(struct worker *w, CUstream st, CUdeviceptr dst, xfer_mr_t *src, uint64_t src_off,
+		   uint64_t len)
 {
 	const struct cuda_api *c = cuda_get();
 	if (!len)
 		return 0;
 	if (src && src->gpu >= 0)
-		return c->cuMemcpyDtoD(dst, (CUdeviceptr)(uintptr_t)src->buf + src_off, len) ? -EIO : 0;
+		return c->cuMemcpyDtoDAsync(dst, (CUdeviceptr)(uintptr_t)src->buf + src_off, len, st) ? -EIO
+														 : 0;
 	const void *from = src ? (const uint8_t *)src->buf + src_off : w->e->sink->buf;
-	(void)op;
-	return c->cuMemcpyHtoD(dst, from, len) ? -EIO : 0;
+	return c->cuMemcpyHtoDAsync(dst, from, len, st) ? -EIO : 0;
 }
 
-int gpu_ipc_copy(struct worker *w, struct op *op)
+int gpu_ipc_issue(struct worker *w, struct op *op)
 {
 	const struct cuda_api *c = cuda_get();
 	const struct sub *s = &op->s;
 	xfer_rmr_t *r = (xfer_rmr_t *)(s->kind == SUB_WRITE ? s->u.write.dst : s->u.paged.dst);
 	xfer_mr_t *src = s->kind == SUB_WRITE ? s->u.write.src : s->u.paged.src;
-	if (!c)
+	int dev = src && src->gpu >= 0 ? src->gpu : 0;
+	if (!c || dev >= GPU_DEVS)
 		return -XFER_ENOGPU;
+	if (w->gpu_count == GPU_RING)
+		return -EAGAIN;
 	/* Any device's context can open the handle; prefer the source's. */
-	if (use_dev(w, src && src->gpu >= 0 ? src->gpu : 0))
+	if (use_dev(w, dev))
+		return -XFER_ENOGPU;
+	if (!w->gpu_stream[dev] && c->cuStreamCreate((CUstream *)&w->gpu_stream[dev], CU_STREAM_NON_BLOCKING))
+		return -XFER_ENOGPU;
+	uint32_t slot = (w->gpu_head + w->gpu_count) % GPU_RING;
+	void **ev = &w->gpu_events[dev][slot];
+	if (!*ev && c->cuEventCreate((CUevent *)ev, CU_EVENT_DISABLE_TIMING))
 		return -XFER_ENOGPU;
 	if (!r->ipc_ptr) {
 		CUipcMemHandle h;
@@ -89,22 +98,51 @@ int gpu_ipc_copy(struct worker *w, struct op *op)
 		}
 		r->ipc_ptr = opened;
 	}
+	CUstream st = w->gpu_stream[dev];
 	CUdeviceptr base = r->ipc_ptr + r->ipc_offset;
 	int ret = 0;
 	if (s->kind == SUB_WRITE) {
-		ret = copy_to(w, op, base + s->u.write.dst_off, src, s->u.write.src_off, s->u.write.len);
+		ret = copy_to(w, st, base + s->u.write.dst_off, src, s->u.write.src_off, s->u.write.len);
 	} else {
 		const struct xfer_paged_write *pw = &s->u.paged;
 		for (uint32_t i = 0; i < pw->npages && !ret; i++)
-			ret = copy_to(w, op, base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride,
+			ret = copy_to(w, st, base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride,
 				      src, pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride,
 				      pw->page_len);
 	}
-	/* Device-to-device copies (and pageable host-to-device ones) may return
-	 * before the bytes are there; the notice must not overtake them. */
-	if (!ret && c->cuCtxSynchronize())
-		ret = -EIO;
-	return ret;
+	/* The notice must not overtake the bytes: it waits for this event. */
+	if (ret || c->cuEventRecord(*ev, st))
+		return ret ? ret : -EIO;
+	w->gpu_ring[slot] = (struct gpu_wait){.op = op, .event = *ev};
+	w->gpu_count++;
+	op->phase = 2;
+	return 1;
+}
+
+int gpu_poll(struct worker *w)
+{
+	const struct cuda_api *c = cuda_get();
+	int n = 0;
+	while (w->gpu_count) {
+		struct gpu_wait *g = &w->gpu_ring[w->gpu_head];
+		CUresult r = c->cuEventQuery((CUevent)g->event);
+		if (r == CUDA_ERROR_NOT_READY)
+			break;
+		struct op *op = g->op;
+		w->gpu_head = (w->gpu_head + 1) % GPU_RING;
+		w->gpu_count--;
+		op->phase = 1;
+		op->data_total = op->posted;
+		if (r != 0) {
+			op_fail(op, -EIO);
+			op_maybe_finish(w, op);
+		} else {
+			op->total = op->posted + gpu_notice_count(w->e, op);
+			op_enqueue(w, op);
+		}
+		n++;
+	}
+	return n;
 }
 
 static uint32_t ranges_per_notice(const xfer_engine_t *e, const struct op *op)

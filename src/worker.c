@@ -138,7 +138,7 @@ static void op_finish(struct worker *w, struct op *op)
 	w->free_ops = op;
 }
 
-static void op_enqueue(struct worker *w, struct op *op)
+void op_enqueue(struct worker *w, struct op *op)
 {
 	op->queued = true;
 	op->next_post = NULL;
@@ -149,8 +149,10 @@ static void op_enqueue(struct worker *w, struct op *op)
 	w->post_tail = op;
 }
 
-static void op_maybe_finish(struct worker *w, struct op *op)
+void op_maybe_finish(struct worker *w, struct op *op)
 {
+	if (op->phase == 2)
+		return; /* GPU copies in flight */
 	/* Data into a staged GPU region has landed: now the notices. */
 	if (op->path == PATH_STAGED && op->phase == 0 && !op->queued && op->posted == op->total &&
 	    op->done == op->posted && op->status == 0) {
@@ -353,8 +355,12 @@ static int op_post(struct worker *w, struct op *op)
 {
 	xfer_engine_t *e = w->e;
 	if (op->path == PATH_IPC && op->phase == 0 && op->status == 0) {
-		int ret = gpu_ipc_copy(w, op);
+		int ret = gpu_ipc_issue(w, op);
 		const xfer_rmr_t *r = op->s.kind == SUB_WRITE ? op->s.u.write.dst : op->s.u.paged.dst;
+		if (ret == 1)
+			return 1; /* parked until its copies finish */
+		if (ret == -EAGAIN)
+			return -EAGAIN;
 		if (ret && r->ipc_failed) {
 			op->path = PATH_STAGED; /* no IPC after all: through host memory */
 			goto post;
@@ -363,9 +369,6 @@ static int op_post(struct worker *w, struct op *op)
 			op_fail(op, ret);
 			return 0;
 		}
-		op->phase = 1;
-		op->data_total = op->posted;
-		op->total = op->posted + gpu_notice_count(e, op);
 	}
 post:
 	while (op->posted < op->total) {
@@ -432,13 +435,15 @@ static int post_pending(struct worker *w)
 	int n = 0;
 	while (w->post_head) {
 		struct op *op = w->post_head;
-		if (op_post(w, op) == -EAGAIN)
+		int ret = op_post(w, op);
+		if (ret == -EAGAIN)
 			break;
 		w->post_head = op->next_post;
 		if (!w->post_head)
 			w->post_tail = NULL;
 		op->queued = false;
-		op_maybe_finish(w, op);
+		if (ret != 1)
+			op_maybe_finish(w, op);
 		n++;
 	}
 	return n;
@@ -693,6 +698,8 @@ int worker_loop_once(struct worker *w, uint64_t now)
 	n += take_submissions(w);
 	n += post_pending(w);
 	n += poll_nics(w);
+	if (w->gpu_count)
+		n += gpu_poll(w);
 	if (w->post_head)
 		n += post_pending(w);
 	if (now >= w->next_scan_ns) {
@@ -727,10 +734,13 @@ void worker_quiesce(struct worker *w, int status)
 	while (w->nlive && now_ns() < give_up) {
 		post_pending(w);
 		poll_nics(w);
+		if (w->gpu_count)
+			gpu_poll(w);
 		flush_overflow(w);
 	}
 	/* Whatever is still posted is abandoned: the endpoints close next, after
 	 * which nothing can complete. */
+	w->gpu_count = 0;
 	while (w->live.next_live != &w->live) {
 		struct op *op = w->live.next_live;
 		op_fail(op, status);

@@ -8,6 +8,8 @@
 enum wr_kind { WR_OP, WR_RECV, WR_HB, WR_PONG };
 
 #define MAX_CANCELS 64
+#define GPU_RING 256
+#define GPU_DEVS 16
 
 /* One posted request; the backend's context must come first. */
 struct wr {
@@ -29,7 +31,7 @@ enum op_path {
 struct op {
 	struct sub s;
 	uint8_t path;        /* enum op_path */
-	uint8_t phase;       /* 0: data, 1: notices */
+	uint8_t phase;       /* 0: data, 1: notices, 2: GPU copies in flight */
 	uint32_t data_total; /* requests of the data phase */
 	struct op *next_post;
 	struct op *prev_live, *next_live; /* in-flight list for deadline scans */
@@ -93,12 +95,25 @@ struct worker {
 	bool all_nics_have_fd;
 	bool cq_pushed, inbox_pushed;
 	int cuda_dev; /* device whose context is current on the worker, -1 none */
+	/* Same-host GPU copies in flight, oldest first, each with its event. */
+	struct gpu_wait {
+		struct op *op;
+		void *event;
+	} gpu_ring[GPU_RING];
+	uint32_t gpu_head, gpu_count;
+	void *gpu_stream[GPU_DEVS];
+	void *gpu_events[GPU_DEVS][GPU_RING];
 };
 
 /* gpu_path.c */
 int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len);
 enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s);
-int gpu_ipc_copy(struct worker *w, struct op *op);
+/* Issues op's same-host GPU copies; 1 when parked until they finish. */
+int gpu_ipc_issue(struct worker *w, struct op *op);
+/* Moves ops whose copies finished on to their notices; returns how many. */
+int gpu_poll(struct worker *w);
+void op_enqueue(struct worker *w, struct op *op);
+void op_maybe_finish(struct worker *w, struct op *op);
 uint32_t gpu_notice_count(const xfer_engine_t *e, const struct op *op);
 size_t gpu_notice_build(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf);
 void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len);

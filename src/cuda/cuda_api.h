@@ -11,6 +11,8 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef struct {
 	char reserved[64];
 } CUipcMemHandle;
@@ -21,6 +23,9 @@ typedef struct {
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CUDA_ERROR_NOT_READY 600
 
 struct cuda_api {
 	CUresult (*cuInit)(unsigned);
@@ -40,6 +45,12 @@ struct cuda_api {
 	CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
 	CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
 	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuStreamCreate)(CUstream *, unsigned);
+	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuEventCreate)(CUevent *, unsigned);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventQuery)(CUevent);
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */

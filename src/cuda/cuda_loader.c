@@ -47,6 +47,12 @@ static void load(void)
 	SYM(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
 	SYM(cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
 	SYM(cuCtxSynchronize, "cuCtxSynchronize");
+	SYM(cuStreamCreate, "cuStreamCreate");
+	SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+	SYM(cuEventCreate, "cuEventCreate");
+	SYM(cuEventRecord, "cuEventRecord");
+	SYM(cuEventQuery, "cuEventQuery");
 	int n = 0;
 	if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n == 0) {
 		xinfo("CUDA driver present but no usable GPU");

@@ -93,8 +93,9 @@ int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const u
 bool kv_send_pending(struct kv_core *c);
 
 /* The peer with this engine id, adding it from addr when unknown (and
- * checking that the address is the sender's). -XFER_EPEER for an engine
- * already declared dead. Call with mu held (kv_peers.c). */
+ * checking that the address is the sender's). -EBUSY for an engine
+ * declared dead whose old peer is still being drained. Call with mu held
+ * (kv_peers.c). */
 int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
 		xfer_peer_t *out);
 /* Adds a peer from its address (join); the table learns its engine id. */

@@ -1,6 +1,7 @@
 /* Peers by engine id. A prefiller learns decoders from their requests; a
- * decoder adds prefill ranks when they join. An engine declared dead stays
- * dead: a restarted process comes back with a new engine id. */
+ * decoder adds prefill ranks when they join. An engine declared dead is
+ * used no more; if it turns out to be alive (it was frozen, or cut off) it
+ * can be added again once its old peer has been removed. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -28,23 +29,30 @@ static int remember(struct kv_core *c, uint64_t id, xfer_peer_t peer)
 	return 0;
 }
 
-int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
+/* Enters a freshly added engine peer in the table. */
+static int adopt(struct kv_core *c, xfer_peer_t p, xfer_peer_t *out)
 {
-	xfer_peer_t p;
-	int ret = xfer_peer_add(c->e, addr, len, &p);
-	if (ret)
-		return ret;
 	uint64_t id = xfer_peer_id(c->e, p);
 	struct kv_peer_ent *known = find_id(c, id);
+	if (known && known->dead && known->peer == XFER_PEER_NONE) {
+		/* Declared dead, yet it speaks: it was only unreachable. Its old
+		 * peer is gone (and with it whatever the engine still held), so it
+		 * starts over as a new peer. */
+		known->peer = p;
+		known->dead = false;
+		*out = p;
+		return 0;
+	}
 	if (known) {
 		/* One engine peer per remote engine: its liveness is tracked once. */
 		xfer_peer_remove(c->e, p);
 		if (known->dead)
-			return -XFER_EPEER;
+			return -EBUSY; /* until its old peer can be removed */
 		*out = known->peer;
 		return 0;
 	}
-	if ((ret = remember(c, id, p))) {
+	int ret = remember(c, id, p);
+	if (ret) {
 		xfer_peer_remove(c->e, p);
 		return ret;
 	}
@@ -52,27 +60,31 @@ int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *ou
 	return 0;
 }
 
+int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
+{
+	xfer_peer_t p;
+	int ret = xfer_peer_add(c->e, addr, len, &p);
+	return ret ? ret : adopt(c, p, out);
+}
+
 int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
 		xfer_peer_t *out)
 {
 	struct kv_peer_ent *known = find_id(c, engine_id);
-	if (known) {
-		if (known->dead)
-			return -XFER_EPEER;
+	if (known && !known->dead) {
 		*out = known->peer;
 		return 0;
 	}
 	xfer_peer_t p;
-	int ret = kv_peer_add(c, addr, len, &p);
+	int ret = xfer_peer_add(c->e, addr, len, &p);
 	if (ret)
 		return ret;
 	if (xfer_peer_id(c->e, p) != engine_id) {
 		/* Someone sent another engine's address as its own. */
-		kv_peer_mark_dead(c, p);
+		xfer_peer_remove(c->e, p);
 		return -EPROTO;
 	}
-	*out = p;
-	return 0;
+	return adopt(c, p, out);
 }
 
 void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer)

@@ -36,7 +36,7 @@ struct kv_dest {
 };
 
 struct kv_job {
-	bool used, know_dsts, bound, finished, aborted, cancel_told;
+	bool used, know_dsts, bound, finished, aborted, cancel_told, new_told;
 	uint64_t id, deadline;
 	uint32_t tokens, npages, layers_ready, ctx_len, ctx_slot, dst_tp;
 	uint64_t expected_mask, attached_mask; /* decode ranks, by tp_rank */

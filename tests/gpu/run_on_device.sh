@@ -16,7 +16,7 @@ fails=0
 for p in shm tcp; do
 	for mode in ipc staged h2g g2h; do
 		echo "== test_gpu $mode on $p"
-		XFER_TEST_PROVIDER=$p timeout 120 build/bin/test_gpu $mode || { echo "FAILED: $mode on $p"; fails=$((fails+1)); }
+		XFER_TEST_PROVIDER=$p chmod +x build/bin/* 2>/dev/null; timeout 120 build/bin/test_gpu $mode || { echo "FAILED: $mode on $p"; fails=$((fails+1)); }
 	done
 done
 echo "== watcher in a CUDA Graph"
