@@ -3,6 +3,7 @@
 # elsewhere (the `build` folder carried over). Libraries the machine may lack
 # can be put in .devlibs/. Output: one log per step under $1 (default .).
 out=${1:-.}
+chmod +x build/bin/* 2>/dev/null # a carried copy may lose its modes
 export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 missing=$(ldd build/bin/test_gpu | grep 'not found')
 if [ -n "$missing" ] && [ -d .devlibs ]; then
@@ -16,7 +17,7 @@ fails=0
 for p in shm tcp; do
 	for mode in ipc staged h2g g2h; do
 		echo "== test_gpu $mode on $p"
-		XFER_TEST_PROVIDER=$p chmod +x build/bin/* 2>/dev/null; timeout 120 build/bin/test_gpu $mode || { echo "FAILED: $mode on $p"; fails=$((fails+1)); }
+		XFER_TEST_PROVIDER=$p timeout 120 build/bin/test_gpu $mode || { echo "FAILED: $mode on $p"; fails=$((fails+1)); }
 	done
 done
 echo "== watcher in a CUDA Graph"
