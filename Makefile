@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test test-asan test-tsan check-all install bench fuzz soak clean
+.PHONY: bench-multinic all build demo pd-demo test test-asan test-tsan check-all install bench fuzz soak clean
 
 all: build
 
@@ -18,6 +18,10 @@ build: $(BUILD)/Makefile
 
 demo: build
 	$(BUILD)/bin/xfer-demo
+
+# Prefill/decode disaggregation demo (KV-cache module), if built.
+pd-demo: build
+	scripts/pd-demo.sh $(BUILD)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j2
@@ -38,6 +42,10 @@ install: build
 # The standard benchmark matrix on the default provider (issue: xfer-bench).
 bench: build
 	scripts/bench.sh $(BUILD)
+
+# Striping over two NICs vs one, each capped with tbf (needs root).
+bench-multinic: build
+	$(BUILD)/bin/xfer-bench-multinic $(RATE)
 
 # libFuzzer over the address and descriptor parsers, from the corpus in the
 # repository (copied, so that new finds do not dirty the tree).
