@@ -78,10 +78,11 @@ struct xfer_attr {
 void xfer_attr_init(struct xfer_attr *attr);
 
 int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out);
-/* Stops the worker: operations still in flight complete with -ECANCELED
- * (they wait up to 2 s to drain first), nothing completes or lands after it
- * returns, later submissions fail with -ESHUTDOWN, and the completion queue
- * stays readable. Idempotent. */
+/* Stops the worker: submissions not yet taken and requests not yet posted
+ * complete with -ECANCELED; posted requests get up to 2 s to finish and then
+ * complete with their own result (or -ECANCELED if abandoned). Nothing
+ * completes or lands after it returns, later submissions fail with
+ * -ESHUTDOWN, and the completion queue stays readable. Idempotent. */
 void xfer_engine_stop(xfer_engine_t *e);
 /* Stops, then frees the engine and every region still registered with it. */
 void xfer_engine_destroy(xfer_engine_t *e);
@@ -228,7 +229,9 @@ int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_c
 
 /* Page i is copied from src_base + src_pages[i]*src_stride to
  * dst_base + dst_pages[i]*dst_stride, page_len bytes; with XFER_F_IMM every
- * page delivers `imm` once, so the receiver expects npages. */
+ * page delivers `imm` once, so the receiver expects npages. The index arrays
+ * are checked at submission and read again while posting: keep them valid
+ * and unchanged until completion. */
 struct xfer_paged_write {
 	xfer_mr_t *src;
 	const xfer_rmr_t *dst;
@@ -292,16 +295,21 @@ int xfer_barrier(xfer_engine_t *e, xfer_group_t *g, uint32_t imm, const struct x
 /* Cancels every operation submitted with this tag (before this call). Each
  * of them still completes exactly once: -ECANCELED if it was cut short, or
  * its own result if it had finished. The cancel itself completes (kind
- * XFER_OP_CANCEL, res = how many were cut short) only once nothing of those
- * operations can still land at the peer, or with -ETIMEDOUT at its deadline. */
+ * XFER_OP_CANCEL, res = how many were cut short) once every request of those
+ * operations has completed at the provider, or with -ETIMEDOUT at its
+ * deadline (-ENOSPC: 64 cancels already pending). Where the NIC has
+ * delivery-complete (xfer_nic_info), that means nothing of them can still
+ * land; on transmit-complete providers (shm) a small write already handed
+ * over may still be applied when the target next polls. */
 int xfer_cancel(xfer_engine_t *e, uint64_t tag, const struct xfer_completion *c);
 
 /* -------------------------------------------------------- immediate counters */
 
 /* Completes (kind XFER_OP_EXPECT) once `imm` has arrived `count` times in
  * total, counting arrivals from before this call; those `count` arrivals are
- * consumed, later ones count toward the next expectation. Completes with
- * -ETIMEDOUT if the deadline passes first. -EBUSY if `imm` is already armed. */
+ * consumed, later ones count toward the next expectation. The completion
+ * carries -ETIMEDOUT if the deadline passes first, -EBUSY if `imm` is already
+ * armed, -ENOSPC if imm_slots distinct immediates are already tracked. */
 int xfer_expect_imm(xfer_engine_t *e, uint32_t imm, uint32_t count,
 		    const struct xfer_completion *c);
 /* Drops the expectation (if any, it completes with -ECANCELED) and returns, in

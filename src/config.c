@@ -41,8 +41,16 @@ void xfer_attr_init(struct xfer_attr *a)
 		a->provider = v;
 	if ((v = getenv("XFER_NICS")) && *v)
 		a->nics = v;
-	if ((v = getenv("XFER_WORKER_CPU")) && *v)
-		a->worker_cpu = atoi(v);
+	if ((v = getenv("XFER_WORKER_CPU")) && *v) {
+		char *end;
+		long cpu = strtol(v, &end, 10);
+		if (!strcmp(v, "auto"))
+			a->worker_cpu = XFER_CPU_AUTO;
+		else if (*end || cpu < -1 || cpu > 65535)
+			xwarn("ignoring XFER_WORKER_CPU=%s: a CPU number, -1 or auto", v);
+		else
+			a->worker_cpu = (int)cpu;
+	}
 	uint32_t timeout = (uint32_t)a->timeout_ms, level = (uint32_t)a->log_level;
 	env_u32("XFER_SUBMIT_DEPTH", &a->submit_depth);
 	env_u32("XFER_MAX_OPS", &a->max_ops);

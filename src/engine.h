@@ -193,6 +193,7 @@ struct xfer_engine {
 };
 
 uint64_t now_ns(void);
+void group_ref(xfer_engine_t *e, struct xfer_group *g, int delta);
 uint64_t deadline_after_ms(uint64_t ms);
 
 /* Runs fn on the worker thread and returns its result (control path). */

@@ -133,8 +133,10 @@ int gpu_poll(struct worker *w)
 		w->gpu_count--;
 		op->phase = 1;
 		op->data_total = op->posted;
-		if (r != 0) {
-			op_fail(op, -EIO);
+		if (r != 0 || op->status != 0) {
+			/* Failed, or cancelled or expired meanwhile: no notice, so no
+			 * immediate is counted for bytes the caller gave up on. */
+			op_fail(op, r != 0 ? -EIO : op->status);
 			op_maybe_finish(w, op);
 		} else {
 			op->total = op->posted + gpu_notice_count(w->e, op);

@@ -238,6 +238,11 @@ size_t xfer_mr_len(const xfer_mr_t *mr)
 static int revoke_on_worker(xfer_engine_t *e, void *arg)
 {
 	xfer_mr_t *mr = arg;
+	/* Checked here, in line with submissions the worker already took. */
+	if (atomic_load_explicit(&mr->inflight, memory_order_acquire))
+		return -EBUSY;
+	if (mr->revoked)
+		return 0;
 	/* Closing the provider registration retires its key; the next request
 	 * that names it fails the key check at this end. Keys are never reused. */
 	mr_release_on_nics(e, mr);
@@ -249,10 +254,6 @@ int xfer_mr_revoke(xfer_mr_t *mr)
 {
 	if (!mr)
 		return -EINVAL;
-	if (mr->revoked)
-		return 0;
-	if (atomic_load_explicit(&mr->inflight, memory_order_acquire))
-		return -EBUSY;
 	int ret = engine_call(mr->e, revoke_on_worker, mr);
 	return ret == -ESHUTDOWN ? 0 : ret;
 }

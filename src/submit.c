@@ -103,6 +103,16 @@ static int max_msg_ok(const xfer_engine_t *e, uint64_t len)
 	return 0;
 }
 
+/* A scatter or barrier holds its group and every member: removing a member
+ * (and reusing its index) while one is in flight would retarget it. */
+void group_ref(xfer_engine_t *e, struct xfer_group *g, int delta)
+{
+	atomic_fetch_add_explicit(&g->inflight, (unsigned)delta, memory_order_relaxed);
+	for (uint32_t i = 0; i < g->n; i++)
+		atomic_fetch_add_explicit(&e->peers[g->peers[i]].inflight, (unsigned)delta,
+					  memory_order_relaxed);
+}
+
 static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 {
 	struct xfer_group *g = s->kind == SUB_SCATTER ? s->u.scatter.group
@@ -122,11 +132,11 @@ static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 	if (s->peer != XFER_PEER_NONE)
 		atomic_fetch_add_explicit(&e->peers[s->peer].inflight, 1, memory_order_relaxed);
 	if (g)
-		atomic_fetch_add_explicit(&g->inflight, 1, memory_order_relaxed);
+		group_ref(e, g, 1);
 	bool ok = mpmc_push(&e->subq, s);
 	if (!ok) {
 		if (g)
-			atomic_fetch_sub_explicit(&g->inflight, 1, memory_order_relaxed);
+			group_ref(e, g, -1);
 		if (mr)
 			atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_relaxed);
 		if (s->peer != XFER_PEER_NONE)

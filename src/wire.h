@@ -10,7 +10,7 @@
 #define XFER_NIC_MAX 4
 #define WIRE_NIC_ADDR_MAX 256
 #define WIRE_PROV_MAX 32
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2 /* 2: descriptors carry flags, region id, IPC handle */
 
 struct wire_nic_addr {
 	uint16_t len;

@@ -105,7 +105,7 @@ static void release_refs(xfer_engine_t *e, const struct sub *s)
 	if (mr)
 		atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_release);
 	if (g)
-		atomic_fetch_sub_explicit(&g->inflight, 1, memory_order_release);
+		group_ref(e, g, -1);
 	if (s->peer != XFER_PEER_NONE)
 		atomic_fetch_sub_explicit(&e->peers[s->peer].inflight, 1, memory_order_release);
 }
@@ -346,8 +346,89 @@ static bool multi_peer(const struct op *op)
 
 static void set_entry_status(struct op *op, uint32_t i, int status)
 {
-	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status)
+	/* Once the user has its completion the array may be gone. */
+	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status && !op->user_done)
 		op->s.u.scatter.status[i] = status;
+}
+
+/* Posts request i of op on NIC n. 0, -EAGAIN (no credit, context or buffer:
+ * try later) or the error that fails it. */
+static int post_wr(struct worker *w, struct op *op, uint32_t i, unsigned n, uint64_t *len)
+{
+	xfer_engine_t *e = w->e;
+	if (!w->credits[n])
+		return -EAGAIN;
+	struct nic_write nw = {0};
+	int ret = 0;
+	if (op->s.kind != SUB_SEND && !op->phase && (ret = build(w, op, i, n, &nw)))
+		return ret;
+	struct wr *wr = wr_get(w);
+	if (!wr)
+		return -EAGAIN;
+	wr->op = op;
+	wr->nic = (uint8_t)n;
+	wr->kind = WR_OP;
+	wr->slot = i;
+	wr->sendbuf = UINT32_MAX;
+	if (op->phase)
+		ret = post_notice(w, op, wr, n, i - op->data_total);
+	else
+		ret = op->s.kind == SUB_SEND ? post_send_op(w, op, wr, n) : e->ops.post_write(&e->nics[n], &nw, wr);
+	if (ret) {
+		wr_put(w, wr);
+		return ret;
+	}
+	*len = nw.len;
+	return 0;
+}
+
+static void posted_one(struct worker *w, struct op *op, unsigned n, uint64_t len)
+{
+	w->credits[n]--;
+	if (op->s.t_call) {
+		uint64_t t = now_ns();
+		if (!op->posted)
+			op->t_first = t;
+		op->t_last = t;
+	}
+	op->posted++;
+	relaxed_inc(&w->e->st.wrs_posted, 1);
+	relaxed_inc(&w->e->st.bytes_written, len);
+}
+
+/* Pages of one paged write go round robin over the NICs, each NIC with its
+ * own cursor, so that a NIC that is full (or whose provider says -EAGAIN)
+ * does not hold back the others: the group then runs at the sum of its
+ * links rather than at twice the slowest moment of either. */
+static int post_lanes(struct worker *w, struct op *op)
+{
+	const unsigned nn = w->e->nnics;
+	if (!op->lanes_init) {
+		for (unsigned k = 0; k < nn; k++)
+			op->lane_next[k] = (k + nn - op->nic_base % nn) % nn;
+		op->lanes_init = true;
+	}
+	bool moved = true;
+	while (moved && op->status == 0 && op->posted < op->total) {
+		moved = false;
+		for (unsigned k = 0; k < nn && op->status == 0; k++) {
+			uint32_t i = op->lane_next[k];
+			if (i >= op->total)
+				continue;
+			uint64_t len = 0;
+			int ret = post_wr(w, op, i, k, &len);
+			if (ret == -EAGAIN)
+				continue;
+			if (ret < 0) {
+				op_fail(op, ret);
+				break;
+			}
+			op->lane_next[k] = i + nn;
+			posted_one(w, op, k, len);
+			moved = true;
+		}
+	}
+	return op->status == 0 && op->posted < op->total ? -EAGAIN : 0;
 }
 
 /* Posts as much of op as credits allow. -EAGAIN: stalled, try later. */
@@ -371,39 +452,16 @@ static int op_post(struct worker *w, struct op *op)
 		}
 	}
 post:
+	if (op->s.kind == SUB_PAGED && op->phase == 0 && e->nnics > 1 && !(op->s.flags & XFER_F_PIN))
+		return post_lanes(w, op);
 	while (op->posted < op->total) {
 		uint32_t i = op->posted;
 		unsigned n = op->phase ? (op->nic_base % e->nnics) : wr_nic(e, op, i);
-		if (!w->credits[n])
+		uint64_t len = 0;
+		int ret = post_wr(w, op, i, n, &len);
+		if (ret == -EAGAIN)
 			return -EAGAIN;
-		struct nic_write nw = {0};
-		int ret = 0;
-		struct wr *wr = NULL;
-		if (op->s.kind != SUB_SEND && !op->phase)
-			ret = build(w, op, i, n, &nw);
-		if (!ret) {
-			wr = wr_get(w);
-			if (!wr)
-				return -EAGAIN;
-			wr->op = op;
-			wr->nic = (uint8_t)n;
-			wr->kind = WR_OP;
-			wr->slot = i;
-			wr->sendbuf = UINT32_MAX;
-			if (op->phase)
-				ret = post_notice(w, op, wr, n, i - op->data_total);
-			else
-				ret = op->s.kind == SUB_SEND ? post_send_op(w, op, wr, n)
-							     : e->ops.post_write(&e->nics[n], &nw, wr);
-		}
-		if (ret == -EAGAIN) {
-			if (wr)
-				wr_put(w, wr);
-			return -EAGAIN;
-		}
 		if (ret < 0) {
-			if (wr)
-				wr_put(w, wr);
 			if (multi_peer(op)) {
 				/* One member's failure does not stop the others. */
 				set_entry_status(op, i, ret);
@@ -416,16 +474,7 @@ post:
 			op_fail(op, ret);
 			break;
 		}
-		w->credits[n]--;
-		if (op->s.t_call) {
-			uint64_t t = now_ns();
-			if (!op->posted)
-				op->t_first = t;
-			op->t_last = t;
-		}
-		op->posted++;
-		relaxed_inc(&e->st.wrs_posted, 1);
-		relaxed_inc(&e->st.bytes_written, nw.len);
+		posted_one(w, op, n, len);
 	}
 	return 0;
 }
@@ -767,7 +816,9 @@ int worker_setup_buffers(struct worker *w)
 	w->wrs = calloc(nwr, sizeof(*w->wrs));
 	w->recv_wrs = calloc(e->recv_slots, sizeof(*w->recv_wrs));
 	w->free_send = calloc(SEND_BUFS, sizeof(*w->free_send));
-	w->ov_cap = e->attr.max_ops + e->attr.imm_slots + e->attr.submit_depth + 16;
+	/* Every source of a completion at once: ops, armed counters, queued
+	 * submissions (stop), cancels. */
+	w->ov_cap = e->attr.max_ops + e->attr.imm_slots + e->attr.submit_depth + MAX_CANCELS + 16;
 	w->overflow = calloc(w->ov_cap, sizeof(*w->overflow));
 	w->hb = calloc(e->max_peers, sizeof(*w->hb));
 	if (!w->ops || !w->wrs || !w->recv_wrs || !w->free_send || !w->overflow || !w->hb)

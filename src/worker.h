@@ -40,6 +40,8 @@ struct op {
 	uint32_t send_buf;
 	uint8_t nic_base;
 	uint8_t shards;
+	bool lanes_init;
+	uint32_t lane_next[XFER_NIC_MAX]; /* paged writes: next page per NIC */
 	bool user_done; /* the user already got its completion (deadline, peer death) */
 	bool queued;    /* in the posting FIFO */
 	bool live;

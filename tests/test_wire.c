@@ -103,17 +103,17 @@ static void desc_cases(void)
 		buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
 	}
 	uint8_t f[256];
-	size_t n = forge_desc(f, 1, 9, 100, 1, 0);
+	size_t n = forge_desc(f, WIRE_VERSION, 9, 100, 1, 0);
 	CHECK_OK(wire_desc_decode(f, n, &o));
-	n = forge_desc(f, 2, 9, 100, 1, 0);
+	n = forge_desc(f, WIRE_VERSION + 1, 9, 100, 1, 0);
 	CHECK_RC(wire_desc_decode(f, n, &o), -XFER_EVERSION);
-	n = forge_desc(f, 1, 0, 100, 1, 0);
+	n = forge_desc(f, WIRE_VERSION, 0, 100, 1, 0);
 	CHECK_RC(wire_desc_decode(f, n, &o), -XFER_EBADWIRE); /* engine id 0 */
-	n = forge_desc(f, 1, 9, 100, 0, 0);
+	n = forge_desc(f, WIRE_VERSION, 9, 100, 0, 0);
 	CHECK_RC(wire_desc_decode(f, n, &o), -XFER_EBADWIRE); /* no NICs */
-	n = forge_desc(f, 1, 9, 100, 200, 0);
+	n = forge_desc(f, WIRE_VERSION, 9, 100, 200, 0);
 	CHECK_RC(wire_desc_decode(f, n, &o), -XFER_EBADWIRE); /* too many NICs */
-	n = forge_desc(f, 1, 9, UINT64_MAX, 1, 2);
+	n = forge_desc(f, WIRE_VERSION, 9, UINT64_MAX, 1, 2);
 	CHECK_RC(wire_desc_decode(f, n, &o), -XFER_EBADWIRE); /* base + len wraps */
 }
 
