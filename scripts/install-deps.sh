@@ -11,3 +11,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq "${missing[@]}"
 fi
+# The Python package's tests.
+python3 -c 'import pytest, numpy' 2>/dev/null || python3 -m pip install -q pytest numpy
