@@ -130,8 +130,9 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 	if (ret)
 		return ret;
 	size_t recv_bytes = (size_t)e->recv_slots * e->slot_bytes;
-	/* Two slots past SEND_BUFS hold the liveness PING and PONG, which never change. */
-	size_t send_bytes = (size_t)(SEND_BUFS + 2) * e->slot_bytes;
+	/* Three slots past SEND_BUFS hold the liveness PING, PONG and BYE, which
+	 * never change. */
+	size_t send_bytes = (size_t)(SEND_BUFS + 3) * e->slot_bytes;
 	e->recv_bufs = aligned_alloc(4096, (recv_bytes + 4095) & ~(size_t)4095);
 	e->send_bufs = aligned_alloc(4096, (send_bytes + 4095) & ~(size_t)4095);
 	void *sink = aligned_alloc(64, SINK_BYTES);
@@ -144,6 +145,8 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 	memcpy(e->send_bufs + (size_t)SEND_BUFS * e->slot_bytes, probe, sizeof(probe));
 	probe[0] = MSG_MAGIC_PONG;
 	memcpy(e->send_bufs + (size_t)(SEND_BUFS + 1) * e->slot_bytes, probe, sizeof(probe));
+	probe[0] = MSG_MAGIC_BYE;
+	memcpy(e->send_bufs + (size_t)(SEND_BUFS + 2) * e->slot_bytes, probe, sizeof(probe));
 	if ((ret = reg_internal(e, sink, SINK_BYTES, &e->sink)))
 		return free(sink), ret;
 	if ((ret = reg_internal(e, e->recv_bufs, recv_bytes, &e->recv_mr)))

@@ -20,6 +20,7 @@
 #define MSG_MAGIC 0x58464d53u    /* "XFMS": an application message */
 #define MSG_MAGIC_HB 0x58464842u   /* "XFHB": a liveness probe, never delivered */
 #define MSG_MAGIC_PONG 0x58465047u /* "XFPG": the answer to a probe */
+#define MSG_MAGIC_BYE 0x58464259u  /* "XFBY": the sender's engine is stopping */
 #define MSG_MAGIC_NOTICE 0x58464e54u /* "XFNT": data for a GPU region landed or was copied */
 #define NOTICE_HDR 24u
 #define SEND_BUFS 128

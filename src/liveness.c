@@ -155,6 +155,27 @@ static int32_t peer_by_id(xfer_engine_t *e, uint64_t id)
 	return -1;
 }
 
+/* At stop: tell every live peer we are going, so that it fails what it has
+ * pending to us now instead of after its heartbeat allowance (and so that
+ * providers that queue sends to a closed endpoint, like shm, do not hide it). */
+int hb_goodbye(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	int pending = 0;
+	for (uint32_t i = 0; i < e->max_peers; i++) {
+		if (atomic_load_explicit(&e->peers[i].state, memory_order_relaxed) != PEER_LIVE ||
+		    w->hb[i].bye_sent)
+			continue;
+		/* shm answers -EAGAIN until it has mapped a peer: retried by the caller. */
+		int ret = post_probe(w, i, 2, WR_PONG);
+		if (ret == -EAGAIN)
+			pending++;
+		else
+			w->hb[i].bye_sent = true;
+	}
+	return pending;
+}
+
 void hb_message(struct worker *w, uint32_t magic, uint64_t src_id)
 {
 	int32_t idx = peer_by_id(w->e, src_id);
@@ -165,6 +186,10 @@ void hb_message(struct worker *w, uint32_t magic, uint64_t src_id)
 	struct peer_hb *h = &w->hb[idx];
 	if (magic == MSG_MAGIC_HB) {
 		post_probe(w, (uint32_t)idx, 1, WR_PONG);
+		return;
+	}
+	if (magic == MSG_MAGIC_BYE) {
+		peer_down(w, (uint32_t)idx, -ESHUTDOWN);
 		return;
 	}
 	h->pong_capable = true;

@@ -600,7 +600,8 @@ static void on_recv(struct worker *w, struct wr *wr, const struct nic_event *ev)
 		return;
 	}
 	memcpy(hdr, b, MSG_HDR_BYTES);
-	if (ev->len == MSG_HDR_BYTES && (hdr[0] == MSG_MAGIC_HB || hdr[0] == MSG_MAGIC_PONG)) {
+	if (ev->len == MSG_HDR_BYTES &&
+	    (hdr[0] == MSG_MAGIC_HB || hdr[0] == MSG_MAGIC_PONG || hdr[0] == MSG_MAGIC_BYE)) {
 		repost_recv(w, wr);
 		hb_message(w, hdr[0], (uint64_t)hdr[2] | (uint64_t)hdr[3] << 32);
 		return;
@@ -780,6 +781,11 @@ void worker_quiesce(struct worker *w, int status)
 	for (struct op *op = w->post_head; op; op = op->next_post)
 		op_fail(op, status);
 	uint64_t give_up = now_ns() + 2000000000ull;
+	/* Goodbyes get a moment to leave (and shm a few polls to map peers). */
+	for (uint64_t until = now_ns() + 300000000ull; hb_goodbye(w) && now_ns() < until;)
+		poll_nics(w);
+	for (uint64_t until = now_ns() + 5000000ull; now_ns() < until;)
+		poll_nics(w);
 	while (w->nlive && now_ns() < give_up) {
 		post_pending(w);
 		poll_nics(w);

@@ -68,6 +68,7 @@ struct peer_hb {
 	bool outstanding;     /* a PING not yet completed */
 	bool pong_capable;    /* the peer has answered a PING */
 	bool suspect;
+	bool bye_sent;
 };
 
 /* How long a probe sent on suspicion may stay unanswered with heartbeats off. */
@@ -138,6 +139,8 @@ void imm_cancel_all(struct worker *w, int status);
 void hb_scan(struct worker *w, uint64_t now, uint64_t *next_deadline);
 void hb_done(struct worker *w, struct wr *wr, int status);
 void hb_message(struct worker *w, uint32_t magic, uint64_t src_id);
+/* Sends BYE to the live peers not yet told; returns how many are left. */
+int hb_goodbye(struct worker *w);
 void peer_down(struct worker *w, uint32_t peer, int reason);
 void peer_suspect(struct worker *w, uint32_t peer, int reason);
 bool is_peer_failure(int status);

@@ -43,6 +43,8 @@ struct kv_peer_ent {
 	uint64_t id;
 	xfer_peer_t peer;
 	bool dead;
+	uint8_t *addr; /* as first added, to recognise it before adding again */
+	size_t addr_len;
 };
 
 struct kv_core {
@@ -101,6 +103,7 @@ int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size
 /* Adds a peer from its address (join); the table learns its engine id. */
 int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out);
 void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer);
+void kv_peers_free(struct kv_core *c);
 /* Removes dead or unneeded peers once nothing is in flight to them; true
  * while some could not be removed yet. `keep` says which are still wanted. */
 bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer));

@@ -32,7 +32,7 @@ static void free_all(xfer_kv_decoder_t *d)
 	free(d->reqs);
 	free(d->evq);
 	free(d->ctx_mem);
-	free(d->core.peers);
+	kv_peers_free(&d->core);
 	kv_stack_free(&d->free_pages);
 	kv_stack_free(&d->free_slots);
 	free(d);
@@ -133,6 +133,13 @@ static int join_locked(xfer_kv_decoder_t *d, const struct xfer_kv_rank *ranks, u
 	struct kv_group *g = &d->groups[s];
 	*g = (struct kv_group){.used = true, .gen = g->gen + 1, .n = n, .ranks = rk};
 	*group = g->gen * KV_GROUP_SLOTS + s;
+	/* Introduce ourselves: the ranks add us now, so that liveness probes
+	 * work before the first request (and a rank that dies early is seen). */
+	uint8_t addr[XFER_ADDR_MAX];
+	int alen = xfer_engine_addr(d->core.e, addr, sizeof(addr), NULL);
+	struct kv_msg hello = {.type = KV_MSG_HELLO, .addr = addr, .addr_len = (uint16_t)alen};
+	for (i = 0; i < n && alen > 0; i++)
+		kv_send(&d->core, rk[i].peer, &hello, NULL);
 	return 0;
 }
 

@@ -4,6 +4,7 @@
  * can be added again once its old peer has been removed. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kv_core.h"
 
@@ -15,7 +16,15 @@ static struct kv_peer_ent *find_id(struct kv_core *c, uint64_t id)
 	return NULL;
 }
 
-static int remember(struct kv_core *c, uint64_t id, xfer_peer_t peer)
+static struct kv_peer_ent *find_addr(struct kv_core *c, const void *addr, size_t len)
+{
+	for (uint32_t i = 0; i < c->npeers; i++)
+		if (c->peers[i].addr_len == len && !memcmp(c->peers[i].addr, addr, len))
+			return &c->peers[i];
+	return NULL;
+}
+
+static int remember(struct kv_core *c, uint64_t id, xfer_peer_t peer, const void *addr, size_t len)
 {
 	if (c->npeers == c->peers_cap) {
 		uint32_t cap = c->peers_cap ? c->peers_cap * 2 : 16;
@@ -25,12 +34,16 @@ static int remember(struct kv_core *c, uint64_t id, xfer_peer_t peer)
 		c->peers = p;
 		c->peers_cap = cap;
 	}
-	c->peers[c->npeers++] = (struct kv_peer_ent){.id = id, .peer = peer};
+	uint8_t *copy = malloc(len);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, addr, len);
+	c->peers[c->npeers++] = (struct kv_peer_ent){.id = id, .peer = peer, .addr = copy, .addr_len = len};
 	return 0;
 }
 
 /* Enters a freshly added engine peer in the table. */
-static int adopt(struct kv_core *c, xfer_peer_t p, xfer_peer_t *out)
+static int adopt(struct kv_core *c, xfer_peer_t p, const void *addr, size_t len, xfer_peer_t *out)
 {
 	uint64_t id = xfer_peer_id(c->e, p);
 	struct kv_peer_ent *known = find_id(c, id);
@@ -51,7 +64,7 @@ static int adopt(struct kv_core *c, xfer_peer_t p, xfer_peer_t *out)
 		*out = known->peer;
 		return 0;
 	}
-	int ret = remember(c, id, p);
+	int ret = remember(c, id, p, addr, len);
 	if (ret) {
 		xfer_peer_remove(c->e, p);
 		return ret;
@@ -62,9 +75,19 @@ static int adopt(struct kv_core *c, xfer_peer_t p, xfer_peer_t *out)
 
 int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
 {
+	/* Never add an address twice: with libfabric 1.17's shm, removing the
+	 * duplicate unmaps the peer under the first one (the next send to it
+	 * crashes). The same engine always gives the same address bytes. */
+	struct kv_peer_ent *known = find_addr(c, addr, len);
+	if (known && !known->dead) {
+		*out = known->peer;
+		return 0;
+	}
+	if (known && known->peer != XFER_PEER_NONE)
+		return -EBUSY; /* dead, and its old peer is still being drained */
 	xfer_peer_t p;
 	int ret = xfer_peer_add(c->e, addr, len, &p);
-	return ret ? ret : adopt(c, p, out);
+	return ret ? ret : adopt(c, p, addr, len, out);
 }
 
 int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
@@ -75,16 +98,20 @@ int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size
 		*out = known->peer;
 		return 0;
 	}
+	struct kv_peer_ent *same = find_addr(c, addr, len);
+	if (same && same->id != engine_id)
+		return -EPROTO; /* someone sent another engine's address as its own */
+	if (same && same->peer != XFER_PEER_NONE)
+		return -EBUSY; /* dead, and its old peer is still being drained */
 	xfer_peer_t p;
 	int ret = xfer_peer_add(c->e, addr, len, &p);
 	if (ret)
 		return ret;
 	if (xfer_peer_id(c->e, p) != engine_id) {
-		/* Someone sent another engine's address as its own. */
 		xfer_peer_remove(c->e, p);
 		return -EPROTO;
 	}
-	return adopt(c, p, out);
+	return adopt(c, p, addr, len, out);
 }
 
 void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer)
@@ -115,7 +142,17 @@ bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer)
 			i++;
 			continue;
 		}
+		free(p->addr);
 		c->peers[i] = c->peers[--c->npeers];
 	}
 	return left;
+}
+
+void kv_peers_free(struct kv_core *c)
+{
+	for (uint32_t i = 0; i < c->npeers; i++)
+		free(c->peers[i].addr);
+	free(c->peers);
+	c->peers = NULL;
+	c->npeers = c->peers_cap = 0;
 }

@@ -110,6 +110,10 @@ void pf_reply(xfer_kv_prefiller_t *p, struct kv_dest *dst, bool quiesced);
 void pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m,
 		     const void *raw, size_t len);
 void pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m);
+/* A decoder joined: know it now, so that liveness probes are answered
+ * before its first request (some providers detect a dead peer only once it
+ * has answered one). */
+void pf_on_hello(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m);
 void pf_partials_expire(xfer_kv_prefiller_t *p, uint64_t now);
 
 /* kv_pf_ctl.c */

@@ -16,6 +16,8 @@ static void on_msg(xfer_kv_prefiller_t *p, const struct kv_item *it)
 		pf_on_req_chunk(p, it->src_id, &m, it->data, it->len);
 	else if (m.type == KV_MSG_CANCEL)
 		pf_on_cancel(p, it->src_id, &m);
+	else if (m.type == KV_MSG_HELLO)
+		pf_on_hello(p, it->src_id, &m);
 	else
 		p->st.msgs_dropped++;
 }
@@ -23,6 +25,7 @@ static void on_msg(xfer_kv_prefiller_t *p, const struct kv_item *it)
 static void on_write_done(xfer_kv_prefiller_t *p, struct kv_dest *d, int res)
 {
 	d->outstanding--;
+	p->st.writes_cut += res == -ECANCELED;
 	/* -ECANCELED comes only from our own cancel, already under way. */
 	if (res < 0 && d->state == DS_ACTIVE)
 		pf_dest_stop(p, d, res, RP_FAIL);

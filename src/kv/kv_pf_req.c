@@ -289,3 +289,10 @@ void pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *
 		kv_send(&p->core, peer, &ack, NULL);
 	}
 }
+
+void pf_on_hello(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m)
+{
+	xfer_peer_t peer;
+	if (kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer))
+		p->st.msgs_dropped++;
+}

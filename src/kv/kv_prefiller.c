@@ -39,7 +39,7 @@ static void free_all(xfer_kv_prefiller_t *p)
 	free(p->jobs);
 	free(p->evq);
 	free(p->ctx_mem);
-	free(p->core.peers);
+	kv_peers_free(&p->core);
 	kv_stack_free(&p->free_ctx);
 	free(p);
 }

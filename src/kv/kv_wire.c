@@ -136,6 +136,7 @@ int kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size
 			put_u(&c, pages[i], 4);
 		break;
 	case KV_MSG_CANCEL:
+	case KV_MSG_HELLO:
 		put_blob(&c, m->addr, m->addr_len);
 		break;
 	case KV_MSG_FAIL:
@@ -215,6 +216,7 @@ int kv_msg_decode(const void *buf, size_t len, struct kv_msg *m)
 	case KV_MSG_REQ:
 		return decode_req(&c, m);
 	case KV_MSG_CANCEL:
+	case KV_MSG_HELLO:
 		m->addr = get_blob(&c, &m->addr_len, XFER_ADDR_MAX);
 		if (!m->addr_len)
 			ret = -XFER_EBADWIRE;

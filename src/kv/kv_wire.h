@@ -20,6 +20,7 @@ enum kv_msg_type {
 	KV_MSG_ACK = 3,    /* prefiller -> decoder: nothing more of dseq can land */
 	KV_MSG_FAIL = 4,   /* prefiller -> decoder: dseq failed (quiesced or not) */
 	KV_MSG_BYE = 5,    /* prefiller -> decoder: leaving, accepts nothing more */
+	KV_MSG_HELLO = 6,  /* decoder -> prefiller: add me now (liveness starts at once) */
 };
 
 struct kv_msg {
@@ -34,7 +35,7 @@ struct kv_msg {
 	const uint8_t *kv_desc, *ctx_desc, *app;
 	uint16_t kv_desc_len, ctx_desc_len, app_len;
 	const uint8_t *pages; /* count little-endian u32, unaligned */
-	/* REQ and CANCEL: the decoder's engine address, to answer it */
+	/* REQ, CANCEL, HELLO: the decoder's engine address, to answer it */
 	const uint8_t *addr;
 	uint16_t addr_len;
 	/* FAIL */

@@ -11,9 +11,10 @@
 #define K_PAGES 10000u
 #define K_PAGE 64u
 
+/* Both ends probe each other, as peers in production would. */
 static void fast_heartbeat(struct xfer_attr *a, int role)
 {
-	if (role == 0) {
+	if (role <= 1) {
 		a->heartbeat_ms = 100;
 		a->heartbeat_misses = 5;
 	}
@@ -121,6 +122,7 @@ const struct fault_case case_dead_peer = {"submit_to_dead_peer", dead_init, dead
 static int restart_init(struct fault_init *f)
 {
 	uint8_t old_desc[XFER_DESC_MAX], addr[XFER_ADDR_MAX];
+	t_send_u64(f->fd_t, 1); /* set up: the target may restart now */
 	size_t olen = t_recv_blob(f->fd_t, old_desc, sizeof(old_desc));
 	size_t alen = t_recv_blob(f->fd_t, addr, sizeof(addr)); /* the new incarnation */
 	wait_dead(f, 3000);
@@ -152,6 +154,7 @@ static int restart_init(struct fault_init *f)
 static int restart_target(struct fault_target *t)
 {
 	uint8_t desc[XFER_DESC_MAX], addr[XFER_ADDR_MAX];
+	CHECK(t_recv_u64(t->fd) == 1);
 	int dlen = xfer_mr_desc(t->mr, desc, sizeof(desc), NULL);
 	CHECK(dlen > 0);
 	t_send_blob(t->fd, desc, (size_t)dlen);
@@ -160,6 +163,7 @@ static int restart_target(struct fault_target *t)
 	xfer_engine_destroy(t->e);
 	struct xfer_attr a;
 	t_attr(&a);
+	fast_heartbeat(&a, 1);
 	t->e = t_engine(&a);
 	int alen = xfer_engine_addr(t->e, addr, sizeof(addr), NULL);
 	t_send_blob(t->fd, addr, (size_t)alen);
