@@ -91,7 +91,8 @@ static int stale_init(struct fault_init *f)
 	/* The new descriptor works. tcp;ofi_rxm drops the connection when the
 	 * target rejects a write and reconnects on demand; requests in that
 	 * window fail with -ENOTCONN, and an application retries them. */
-	struct xfer_write w = {.src = f->src, .src_off = 65536, .dst = fresh, .len = 100, .dst_off = 0};
+	struct xfer_write w = {.src = f->src, .src_off = 65536, .dst = fresh, .len = 100, .dst_off = 0,
+			       .imm = 12, .flags = XFER_F_IMM};
 	int32_t res = -1;
 	for (int attempt = 0; attempt < 40; attempt++) {
 		struct xfer_completion c = {.user_data = 12};
@@ -115,9 +116,15 @@ static int stale_target(struct fault_target *t)
 	t->mr = NULL;
 	t_send_u64(t->fd, 1);
 	CHECK_OK(xfer_mr_reg(t->e, t->buf + F_GUARD, F_REGION, &t->mr));
+	struct xfer_completion c = {.user_data = 12};
+	CHECK_OK(xfer_expect_imm(t->e, 12, 1, &c));
 	t_send_desc(t->fd, t->mr);
 	CHECK(t_recv_u64(t->fd) == 2);
-	t_sync_worker(t->e);
+	/* The immediate says the data landed (a completion at the writer does
+	 * not, on transmit-complete providers). Retries may have landed more. */
+	CHECK_RC(t_wait_cqe(t->e, 10000).res, 0);
+	uint32_t extra = 0;
+	CHECK_OK(xfer_imm_disarm(t->e, 12, &extra));
 	/* Only the 100 bytes through the new descriptor landed. */
 	uint8_t *want = malloc(65536 + 100);
 	CHECK(want);

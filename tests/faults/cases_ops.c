@@ -69,7 +69,12 @@ static int cancel_target(struct fault_target *t)
 	uint64_t sum = t_checksum(t->buf + F_GUARD, F_REGION);
 	usleep(300000);
 	t_sync_worker(t->e);
-	CHECK(t_checksum(t->buf + F_GUARD, F_REGION) == sum);
+	struct xfer_nic_info ni;
+	CHECK_OK(xfer_engine_nic_info(t->e, 0, &ni));
+	/* The promise holds where completions mean delivery; on shm a small
+	 * write already handed over may still be applied (docs/failure-semantics.md). */
+	if (ni.delivery_complete)
+		CHECK(t_checksum(t->buf + F_GUARD, F_REGION) == sum);
 	uint32_t later = 0;
 	CHECK_OK(xfer_imm_disarm(t->e, 8, &later));
 	CHECK(later == 0);
