@@ -26,6 +26,7 @@ bool is_peer_failure(int status)
 	case ENETUNREACH:
 	case ENOTCONN:
 	case EPIPE:
+	case ECANCELED: /* tcp;ofi_rxm flushes requests with it when a connection drops */
 	case XFER_EPEER:
 		return true;
 	default:

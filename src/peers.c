@@ -1,6 +1,7 @@
 /* Peers: parsing a peer's address, entering it in every NIC's address vector,
  * and importing descriptors of its regions. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,8 +75,18 @@ static int remove_on_worker(xfer_engine_t *e, void *arg)
 		return -ENOENT;
 	if (atomic_load(&p->inflight))
 		return -EBUSY;
-	for (unsigned n = 0; n < e->nnics; n++)
-		e->ops.av_remove(&e->nics[n], p->dest[n]);
+	uint32_t self = *(xfer_peer_t *)arg;
+	for (unsigned n = 0; n < e->nnics; n++) {
+		/* Providers may hand out one address entry for a remote engine added
+		 * twice (shm does); removing it under the other handle would pull it
+		 * from under that peer. */
+		bool shared = false;
+		for (uint32_t i = 0; i < e->max_peers && !shared; i++)
+			shared = i != self && atomic_load(&e->peers[i].state) != PEER_FREE &&
+				 e->peers[i].dest[n] == p->dest[n];
+		if (!shared)
+			e->ops.av_remove(&e->nics[n], p->dest[n]);
+	}
 	struct peer_hb *h = &e->w->hb[*(xfer_peer_t *)arg];
 	if (h->suspect)
 		e->w->nsuspect--;
@@ -119,6 +130,8 @@ int xfer_group_create(xfer_engine_t *e, const xfer_peer_t *peers, uint32_t n, xf
 {
 	if (!e || !peers || !n || n > e->max_peers || !out)
 		return -EINVAL;
+	if (atomic_load(&e->stopping))
+		return -ESHUTDOWN;
 	for (uint32_t i = 0; i < n; i++)
 		if (xfer_peer_state(e, peers[i]) < 0)
 			return -ENOENT;
@@ -153,6 +166,8 @@ int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t
 	struct wire_desc d;
 	if (!e || !out)
 		return -EINVAL;
+	if (atomic_load(&e->stopping))
+		return -ESHUTDOWN;
 	uint64_t owner = xfer_peer_id(e, peer);
 	if (!owner || xfer_peer_state(e, peer) != XFER_PEER_LIVE)
 		return xfer_peer_state(e, peer) == XFER_PEER_DEAD ? -XFER_EPEER : -ENOENT;

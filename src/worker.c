@@ -128,6 +128,11 @@ static void op_finish(struct worker *w, struct op *op)
 	release_refs(w->e, &op->s);
 	if (op->s.t_call)
 		trace_op(w, op);
+	/* Entries never posted (cut short by cancel, deadline or failure) carry
+	 * the op's status, not the 0 they started with. */
+	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status && !op->user_done)
+		for (uint32_t i = op->posted; i < op->s.u.scatter.n; i++)
+			op->s.u.scatter.status[i] = op->status ? op->status : -ECANCELED;
 	if (!op->user_done) {
 		signal_store(op->s.signal, op->s.signal_value);
 		worker_deliver(w, op->s.cb, op->s.cb_ctx, op->s.user_data, op->status, op->s.kind);
@@ -708,6 +713,9 @@ static void expire_ops(struct worker *w, uint64_t now, uint64_t *next)
 		 * op keeps its region and peer references until they drain. */
 		op_fail(op, -ETIMEDOUT);
 		op_complete_early(w, op, -ETIMEDOUT);
+		/* A request that outlived its deadline may mean a dead peer: probe. */
+		if (op->s.peer != XFER_PEER_NONE)
+			peer_suspect(w, op->s.peer, -ETIMEDOUT);
 	}
 }
 

@@ -113,13 +113,15 @@ static void *control_main(void *arg)
 		while (list) {
 			struct kv_item *it = list;
 			list = it->next;
-			/* Also when stopping: completions free what the owner allocated. */
-			c->on_item(c->owner, it);
+			if (!c->stopping)
+				c->on_item(c->owner, it);
+			else if (it->kind == KV_IT_CQE && it->cqe.kind == XFER_OP_SEND)
+				free((void *)(uintptr_t)it->cqe.user_data); /* its kv_sendbuf */
 			free(it);
 		}
 		uint64_t now = kv_now_ns();
-		next = stop ? 0 : c->on_tick(c->owner, now);
-		if (kv_send_pending(c) && next > now + 200000)
+		next = c->stopping ? now + 1000000000ull : c->on_tick(c->owner, now);
+		if (!c->stopping && kv_send_pending(c) && next > now + 200000)
 			next = now + 200000; /* the submission queue was full: retry soon */
 		pthread_mutex_unlock(&c->mu);
 		if (stop)
@@ -162,7 +164,12 @@ int kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 
 void kv_core_stop(struct kv_core *c)
 {
-	/* Engine first: its stop completes everything in flight, so the control
+	/* From here the control thread only frees send buffers: a region
+	 * deregistered while the engine stops would escape its release. */
+	pthread_mutex_lock(&c->mu);
+	c->stopping = true;
+	pthread_mutex_unlock(&c->mu);
+	/* Engine next: its stop completes everything in flight, so the control
 	 * thread sees the last completions before it exits. */
 	if (c->e)
 		xfer_engine_stop(c->e);
@@ -177,6 +184,8 @@ void kv_core_stop(struct kv_core *c)
 	while (c->in_head) {
 		struct kv_item *it = c->in_head;
 		c->in_head = it->next;
+		if (it->kind == KV_IT_CQE && it->cqe.kind == XFER_OP_SEND)
+			free((void *)(uintptr_t)it->cqe.user_data);
 		free(it);
 	}
 	while (c->pend_head) {

@@ -56,6 +56,7 @@ struct kv_core {
 	pthread_cond_t in_cv;
 	struct kv_item *in_head, *in_tail;
 	bool kicked, stop;
+	bool stopping; /* under mu: the engine is being stopped, touch it no more */
 	pthread_t thread;
 	bool thread_started;
 	struct kv_sendbuf *pend_head, *pend_tail;

@@ -172,6 +172,17 @@ static int revoke_init(struct fault_init *f)
 	fprintf(stderr, "late paged write failed with %s after %llu ms\n", xfer_strerror(res),
 		(unsigned long long)ms_since(start));
 	expect_rejected(f, f->t_rmr, 22);
+	/* Plain writes (no immediate) must be refused just the same. shm 1.17
+	 * checks keys only for writes that carry data and stalls on refused ones
+	 * past its inline size, so there the cancel handshake is the tool
+	 * (docs/failure-semantics.md). */
+	if (ni.delivery_complete) {
+		struct xfer_write plain = {.src = f->src, .src_off = 65536, .dst = f->t_rmr, .len = 65536};
+		struct xfer_completion pc = {.user_data = 23, .timeout_ms = 5000};
+		CHECK_OK(xfer_write(f->e, &plain, &pc));
+		reap_exactly(f->e, 23, 1, &res, 8000);
+		CHECK(res < 0);
+	}
 	t_send_u64(f->fd_t, 2);
 	CHECK(t_recv_u64(f->fd_t) == 2);
 	return 0;

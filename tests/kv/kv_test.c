@@ -119,7 +119,9 @@ void kvt_attr(struct xfer_attr *a, uint32_t heartbeat_ms)
 {
 	t_attr(a);
 	a->heartbeat_ms = heartbeat_ms;
-	a->heartbeat_misses = 5;
+	/* Detection in ten intervals: probes queue behind data, and two shared
+	 * cores (or a sanitizer) make a busy peer look slow. */
+	a->heartbeat_misses = 10;
 	a->timeout_ms = 10000;
 	/* Shared cores: a short spin leaves time to the other processes. */
 	a->spin_us = 20;
@@ -219,6 +221,26 @@ static void busy_us(uint32_t us)
 		;
 }
 
+/* Dies (or freezes) in the middle of a request, but on shm not in the middle
+ * of posting: libfabric 1.17's shm provider takes a spin lock inside the
+ * receiver's shared region to post, and a process killed or stopped while
+ * holding it leaves the receiver's progress spinning until it resumes, or
+ * forever. So on shm it waits until the writes submitted so far have
+ * completed (the next layers are still to come). */
+static void stop_between_writes(xfer_kv_prefiller_t *p, int sig)
+{
+	xfer_engine_t *e = xfer_kv_prefiller_engine(p);
+	if (!strcmp(xfer_engine_provider(e), "shm")) {
+		uint64_t until = kvt_ms() + 2000;
+		struct xfer_stats st;
+		do {
+			usleep(1000);
+			xfer_engine_stats(e, &st);
+		} while (st.ops_completed < st.ops_submitted && kvt_ms() < until);
+	}
+	raise(sig);
+}
+
 static int command(int fd)
 {
 	struct pollfd pf = {.fd = fd, .events = POLLIN};
@@ -283,7 +305,17 @@ void kvt_prefill_serve(xfer_kv_prefiller_t *p, const struct xfer_kv_layout *l, v
 				CHECK(j->pages);
 				nfree -= j->n;
 				memcpy(j->pages, free_pages + nfree, j->n * sizeof(uint32_t));
-				CHECK_OK(xfer_kv_pf_bind(p, j->id, j->pages, j->n));
+				int rc = xfer_kv_pf_bind(p, j->id, j->pages, j->n);
+				if (rc == -ESTALE) {
+					/* Every decode rank gave up before we started. */
+					memcpy(free_pages + nfree, j->pages, j->n * sizeof(uint32_t));
+					nfree += j->n;
+					free(j->pages);
+					j->live = false;
+					o->cancelled++;
+					continue;
+				}
+				CHECK_OK(rc);
 			} else if (ev[k].type == XFER_KV_PF_CANCELLED && j) {
 				j->stopped = true;
 				o->cancelled++;
@@ -313,8 +345,11 @@ void kvt_prefill_serve(xfer_kv_prefiller_t *p, const struct xfer_kv_layout *l, v
 				busy_us(o->layer_us);
 			int rc = xfer_kv_pf_layers_done(p, j->id, ++j->layer);
 			CHECK(rc == 0 || rc == -ENOENT);
-			if (o->die_after && ++layers_total == o->die_after)
-				raise(SIGKILL);
+			++layers_total;
+			if (o->die_after && layers_total == o->die_after)
+				stop_between_writes(p, SIGKILL);
+			if (o->freeze_after && layers_total == o->freeze_after)
+				stop_between_writes(p, SIGSTOP);
 		}
 	}
 	for (int i = 0; i < MAX_SERVED; i++)

@@ -41,6 +41,7 @@ void kvt_attr(struct xfer_attr *a, uint32_t heartbeat_ms);
 struct kvt_serve {
 	uint32_t layer_us;     /* busy time per layer, standing in for compute */
 	uint32_t die_after;    /* SIGKILL itself after this many layers (0: never) */
+	uint32_t freeze_after; /* SIGSTOP itself after this many layers (0: never) */
 	bool ignore;           /* never start the prefill (a stuck prefiller) */
 	uint32_t served, cancelled; /* out */
 };
