@@ -8,10 +8,12 @@ parent test can compare it with what it wrote.
 """
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
 import queue
+import re
 import time
 from typing import Any, Dict, Optional
 
@@ -41,13 +43,15 @@ def serve(conn, provider: str, extra: Dict[str, Any]) -> None:
 
     inbox: "queue.Queue[xfer.Message]" = queue.Queue()
     try:
-        eng = xfer.Engine(on_recv=inbox.put, **engine_kwargs(provider), **extra)
+        eng = xfer.Engine(on_recv=inbox.put, **{**engine_kwargs(provider), **extra})
     except xfer.Error as ex:
         _reply(conn, **_err(ex))
         return
-    _reply(conn, ok=True, id=eng.id, provider=eng.provider, msg_max=eng.msg_max)
+    _reply(conn, ok=True, id=eng.id, provider=eng.provider, msg_max=eng.msg_max, nics=len(eng.nics))
     conn.send_bytes(eng.address)
     peer = eng.add_peer(conn.recv_bytes())
+    peers: Dict[str, Any] = {"parent": peer}
+    groups: Dict[str, Any] = {}
     arrays: Dict[str, Any] = {}
     regions: Dict[str, Any] = {}
     remotes: Dict[str, Any] = {}
@@ -90,6 +94,25 @@ def serve(conn, provider: str, extra: Dict[str, Any]) -> None:
                     _reply(conn, ok=True, res=c.res, kind=c.kind)
                 except xfer.Error as ex:
                     _reply(conn, ok=True, res=c.res, kind=c.kind, **_err(ex))
+            elif op == "poll":
+                c = expects[cmd["key"]]
+                _reply(conn, ok=True, done=c.done(), res=c.res)
+            elif op == "add_peer":
+                # Another engine's address ("self": this engine's own).
+                blob = conn.recv_bytes()
+                peers[cmd["name"]] = eng.add_peer(eng.address if cmd["name"] == "self" else blob)
+                _reply(conn, ok=True, index=peers[cmd["name"]].index)
+            elif op == "group":
+                groups[cmd["name"]] = eng.group([peers[m] for m in cmd["members"]])
+                _reply(conn, ok=True, size=len(groups[cmd["name"]]))
+            elif op == "barrier":
+                expects[cmd["key"]] = eng.barrier(groups[cmd["group"]], cmd["imm"])
+                _reply(conn, ok=True)
+            elif op == "revoke":
+                regions[cmd["name"]].revoke()
+                _reply(conn, ok=True)
+            elif op == "nic_info":
+                _reply(conn, ok=True, **eng.nic_info(cmd.get("nic", 0))._asdict())
             elif op == "disarm":
                 _reply(conn, ok=True, arrived=eng.imm_disarm(cmd["imm"]))
             elif op == "recv":
@@ -112,7 +135,10 @@ def serve(conn, provider: str, extra: Dict[str, Any]) -> None:
                 n = cmd["nbytes"]
                 src = np.random.default_rng(cmd["seed"]).integers(0, 256, n, dtype=np.uint8)
                 with eng.register(src) as r:
-                    eng.write(r, remotes[cmd["name"]], n, dst_offset=cmd.get("dst_offset", 0), imm=cmd.get("imm")).result(30)
+                    eng.write(
+                        r, remotes[cmd["name"]], n, dst_offset=cmd.get("dst_offset", 0), imm=cmd.get("imm"),
+                        timeout_ms=cmd.get("timeout_ms", 0),
+                    ).result(30)
                 _reply(conn, ok=True)
             elif op == "write_imm":
                 for _ in range(cmd["n"]):
@@ -131,16 +157,25 @@ class Remote:
 
     def __init__(self, provider: str, **extra: Any):
         self.provider = provider
-        self.conn, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=serve, args=(child, provider, extra), daemon=True)
-        self.proc.start()
-        child.close()
-        hello = self._recv_json(60)
-        if "error" in hello:
+        for attempt in range(3):
+            self.conn, child = _CTX.Pipe()
+            self.proc = _CTX.Process(target=serve, args=(child, provider, extra), daemon=True)
+            self.proc.start()
+            child.close()
+            hello = self._recv_json(60)
+            if "error" not in hello:
+                break
             self.proc.join(5)
-            raise RemoteUnavailable(hello)
+            self.conn.close()
+            # shm names its queue after the process id: a process killed
+            # earlier (by a test or anyone else) leaves /dev/shm/<pid>:* behind,
+            # and a new process that gets the same pid cannot open its queue
+            # (EBUSY). Another process, another pid.
+            if not (provider == "shm" and hello.get("errno") == errno.EBUSY) or attempt == 2:
+                raise RemoteUnavailable(hello)
         self.id = hello["id"]
         self.msg_max = hello["msg_max"]
+        self.nics = hello["nics"]
         self.address = self.conn.recv_bytes()
 
     def connect(self, engine) -> "Any":
@@ -192,8 +227,22 @@ class Remote:
         self.conn.close()
 
     def kill(self) -> None:
+        """SIGKILL, then removes the shm queues the dead process leaves behind
+        (see __init__): they would outlive it in /dev/shm."""
+        pid = self.proc.pid
         self.proc.kill()
         self.proc.join(10)
+        if pid is not None:
+            pattern = re.compile(rf"^{pid}:\d+:\d+$")
+            try:
+                names = [n for n in os.listdir("/dev/shm") if pattern.match(n)]
+            except OSError:
+                names = []
+            for n in names:
+                try:
+                    os.unlink(os.path.join("/dev/shm", n))
+                except OSError:
+                    pass
 
 
 class RemoteUnavailable(Exception):

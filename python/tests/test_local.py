@@ -67,6 +67,11 @@ def test_error_hierarchy_and_messages() -> None:
         -264: xfer.NoProvider,
         -263: xfer.NoGPU,
         -262: xfer.FabricError,
+        -errno.ENOSPC: xfer.NoSpace,
+        -errno.ENOTCONN: xfer.PeerConnectionError,
+        -errno.ECONNRESET: xfer.PeerConnectionError,
+        -errno.ECONNREFUSED: xfer.PeerConnectionError,
+        -errno.EPIPE: xfer.PeerConnectionError,
         -errno.EIO: xfer.Error,
     }
     for code, cls in table.items():
@@ -77,6 +82,15 @@ def test_error_hierarchy_and_messages() -> None:
     assert xfer.strerror(-261) == "peer failed or is unreachable"
     assert xfer.errno_name(-259) == "XFER_EFOREIGN"
     assert issubclass(xfer.InvalidArgument, ValueError)
+    # Transport errors are peer errors, and the builtin ConnectionError too.
+    ce = xfer.error_for(-errno.ECONNRESET, "write")
+    assert isinstance(ce, xfer.PeerError) and isinstance(ce, ConnectionError) and isinstance(ce, xfer.Error)
+    assert not isinstance(xfer.error_for(-261), ConnectionError)
+    assert xfer.PeerConnectionError.__name__ != "ConnectionError"  # never shadows the builtin
+    import pickle
+
+    back = pickle.loads(pickle.dumps(ce))
+    assert type(back) is xfer.PeerConnectionError and back.errno == errno.ECONNRESET and back.op == "write"
 
 
 def test_engine_attributes() -> None:
@@ -84,6 +98,15 @@ def test_engine_attributes() -> None:
         assert e.msg_max == 1024 and e.timeout_ms == 1234
         assert e.nics == ["lo"] and "tcp" in e.provider
         assert e.id != 0 and isinstance(e.address, bytes)
+        info = e.nic_info(0)
+        assert info == e.nic_infos[0] and len(e.nic_infos) == 1
+        assert (info.nic, info.provider, info.domain) == (0, e.provider, "lo")
+        assert info.delivery_complete is True  # tcp completes a write once it is at the target
+        assert info.tx_depth > 0 and info.rx_depth > 0 and info.max_msg >= 1 << 20
+        assert info.gpu_path in ("native", "staged")
+        for bad in (1, -1, "0"):
+            with pytest.raises(xfer.InvalidArgument):
+                e.nic_info(bad)  # type: ignore[arg-type]
         with pytest.raises(xfer.MessageTooLong):
             e.send(e.add_peer(e.address), bytes(1025))
     with pytest.raises(xfer.InvalidArgument):
@@ -316,25 +339,35 @@ class FakeCudaTensor:
 
 
 def test_device_memory_is_refused_clearly() -> None:
+    """Device memory reaches xfer_mr_reg only where libxfer can use CUDA;
+    elsewhere (these fake pointers on a machine without a GPU) it is refused
+    before the library sees it, naming the device."""
+    refused = (xfer.NotSupported, xfer.NoGPU)
+    if xfer.cuda_available():
+        pytest.skip("a CUDA GPU is usable here: the fake device pointers would reach the driver")
     with make_engine(LOCAL_PROVIDER) as e:
-        with pytest.raises(xfer.NotSupported, match="cuda:1") as ei:
+        with pytest.raises(refused, match="cuda:1") as ei:
             e.register(FakeCudaArray())
-        assert ei.value.errno == errno.EOPNOTSUPP and "host memory only" in str(ei.value)
-        with pytest.raises(xfer.NotSupported, match="cuda:0"):
+        assert ei.value.errno in (errno.EOPNOTSUPP, 263)
+        with pytest.raises(refused, match="cuda:0"):
             e.register(FakeCudaTensor())  # the torch data_ptr() route
-        with pytest.raises(xfer.NotSupported, match="cuda:0"):
+        with pytest.raises(refused, match="cuda:0"):
             e.register_ptr(0x7F0000000000, 4096, device="cuda:0")
-        with pytest.raises(xfer.NotSupported):
+        with pytest.raises(refused):
             e.register((0x7F0000000000, 4096), device=xfer.Device("cuda", 0))
+        with pytest.raises(xfer.NotSupported, match="rocm:0"):
+            e.register_ptr(0x7F0000000000, 4096, device="rocm:0")  # no ROCm in libxfer at all
         with pytest.raises(xfer.InvalidArgument, match="on cpu"):
             e.register(np.zeros(8), device="cuda:0")  # the memory is not where the caller says
         assert e.region_count == 0
-        # A DLPack host tensor is fine.
+        # A DLPack host tensor is fine, and host regions say so.
         x = np.arange(16, dtype=np.float64)
         from xfer._buffers import _dlpack_memory
 
         m = _dlpack_memory(x)
         assert (m.ptr, m.nbytes, m.device) == (x.ctypes.data, 128, xfer.Device("cpu"))
+        with e.register(x) as r:
+            assert r.gpu is None and r.device.is_host
 
 
 def test_send_and_recv_errors(two: Two) -> None:
@@ -411,6 +444,7 @@ def test_close_cancels_and_releases() -> None:
     r = e.register(buf)
     peer = e.add_peer(e.address)  # loop back to itself
     rr = e.import_region(peer, r.descriptor)
+    group = e.group([peer])
     exp = e.expect_imm(3, 100)  # never satisfied
     late = []
     exp.add_done_callback(late.append)
@@ -419,24 +453,152 @@ def test_close_cancels_and_releases() -> None:
     assert e.region_count == 1 and e.remote_region_count == 1
     e.close()
     e.close()  # idempotent
-    assert e.closed and r.closed
+    assert e.closed and e.stopped and r.closed and rr.closed
     assert not any(t.is_alive() for t in threads)
     with pytest.raises(xfer.Cancelled):
         exp.result(1)
     assert late == [exp]
     assert e.region_count == 0 and e.remote_region_count == 0
-    for call in (
-        lambda: e.write_imm(peer, 1),
-        lambda: e.expect_imm(1, 1),
-        lambda: e.register(bytearray(8)),
-        lambda: e.add_peer(e.address),
-        lambda: e.send(peer, b"x"),
-    ):
+    # A closed engine says so, whatever the call and whatever state the
+    # objects handed to it are in (its regions were closed along with it).
+    calls = {
+        "write_imm": lambda: e.write_imm(peer, 1),
+        "expect_imm": lambda: e.expect_imm(1, 1),
+        "register": lambda: e.register(bytearray(8)),
+        "add_peer": lambda: e.add_peer(e.address),
+        "send": lambda: e.send(peer, b"x"),
+        "write": lambda: e.write(r, rr, 8),
+        "write imm-only": lambda: e.write(None, rr, 0, imm=1),
+        "write_paged": lambda: e.write_paged(r, rr, [0], [0], 8),
+        "import_region": lambda: e.import_region(peer, r.descriptor),
+        "cancel": lambda: e.cancel(5),
+        "imm_disarm": lambda: e.imm_disarm(3),
+        "revoke": lambda: r.revoke(),
+        "group": lambda: e.group([peer]),
+        "scatter": lambda: e.scatter(group, None, [(0, rr, 0)]),
+        "barrier": lambda: group.barrier(1),
+        "recv": lambda: e.recv(timeout=0.01),
+    }
+    for name, call in calls.items():
         with pytest.raises(xfer.Shutdown):
             call()
-    with pytest.raises(xfer.InvalidArgument, match="closed"):
-        e.write(r, rr, 8)
+            pytest.fail(f"{name} did not raise Shutdown")
+    assert e.pending_count == 0
     r.close()  # after the engine: a no-op
+    group.close()  # frees the group: nothing holds it any more
+    assert group.closed
+    assert peer.state in ("live", "dead")  # still readable (stopping says BYE to peers: itself here)
+
+
+def test_closed_region_on_a_live_engine_is_invalid(two: Two) -> None:
+    """A region closed on its own (the engine lives on) is an InvalidArgument,
+    and a closed source is never taken for "no source" (an immediate-only write)."""
+    a, b = two.a, two.b
+    target = np.zeros(64, np.uint8)
+    rb = b.register(target)
+    dst = a.import_region(two.pa, rb.descriptor)
+    src = a.register(np.full(64, 5, np.uint8))
+    src.close()
+    for kw in (dict(nbytes=8), dict(nbytes=0, imm=4), dict()):
+        with pytest.raises(xfer.InvalidArgument, match="source region is closed"):
+            a.write(src, dst, **kw)
+    with pytest.raises(xfer.InvalidArgument, match="source region is closed"):
+        a.write_paged(src, dst, [0], [0], 8)
+    dst.close()
+    with pytest.raises(xfer.InvalidArgument, match="destination region is closed"):
+        a.write(two.src, dst, 8)
+    with pytest.raises(xfer.InvalidArgument, match="destination region is closed"):
+        a.write(None, dst, 0, imm=4)
+    with pytest.raises(xfer.InvalidArgument, match="closed"):
+        src.revoke()
+    assert a.pending_count == 0 and not target.any()
+    assert b.imm_disarm(4) == 0  # no immediate went out either
+    rb.close()
+
+
+def test_stop_completes_everything_and_keeps_objects() -> None:
+    a = make_engine(LOCAL_PROVIDER)
+    b = make_engine(LOCAL_PROVIDER)
+    try:
+        peer = a.add_peer(b.address)
+        b.add_peer(a.address)
+        target = np.zeros(1 << 20, np.uint8)
+        rb = b.register(target)  # kept: a collected region deregisters itself
+        dst = a.import_region(peer, rb.descriptor)
+        src = a.register(np.ones(1 << 20, np.uint8))
+        group = a.group([peer])
+        never = a.expect_imm(9, 1)
+        a.write(src, dst).result(10)
+        assert target.all()  # the path works
+        target[:] = 0
+        ops = [a.write(src, dst) for _ in range(20)] + [never]
+        seen = []
+        for op in ops:
+            op.add_done_callback(seen.append)
+        a.stop()
+        assert a.stopped and not a.closed
+        # Every completion is done once stop returns: finished, or cut short.
+        assert all(op.done() for op in ops) and sorted(map(id, seen)) == sorted(map(id, ops))
+        assert isinstance(never.exception(0), xfer.Cancelled)
+        assert all(op.res in (0, -errno.ECANCELED) for op in ops)
+        landed = target.any()
+        assert landed or not any(op.res == 0 for op in ops[:-1])  # a write that succeeded landed
+        st = a.stats()
+        assert st.ops_completed == st.ops_submitted and a._core.strays == 0
+        with pytest.raises(xfer.Shutdown):
+            a.write(src, dst)
+        with pytest.raises(xfer.Shutdown):
+            a.write_imm(peer, 1)
+        with pytest.raises(xfer.Shutdown):
+            a.register(bytearray(8))
+        with pytest.raises(xfer.Shutdown):
+            src.revoke()
+        assert peer.state == "live" and "stopped" in repr(a)
+        src.close()  # regions and groups can still be released
+        group.close()
+        assert src.closed and a.region_count == 0
+        a.stop()  # idempotent
+    finally:
+        a.close()
+        b.close()
+    assert a.closed
+
+
+def test_max_regions_is_enforced() -> None:
+    with make_engine(LOCAL_PROVIDER, max_regions=3) as e:
+        bufs = [bytearray(4096) for _ in range(4)]
+        regions = [e.register(b) for b in bufs[:3]]
+        with pytest.raises(xfer.NoSpace) as ei:
+            e.register(bufs[3])
+        assert ei.value.errno == errno.ENOSPC and ei.value.op == "xfer_mr_reg"
+        assert e.region_count == 3
+        regions[0].close()
+        extra = e.register(bufs[3])  # a slot came free
+        assert e.region_count == 3 and not extra.closed
+    with pytest.raises(xfer.InvalidArgument):
+        xfer.Engine(provider=LOCAL_PROVIDER, nics="lo", max_regions=0)
+
+
+def test_trace_records_each_operation(two: Two) -> None:
+    a = two.a
+    a.read_traces()  # whatever an earlier test left
+    a.trace(True)
+    try:
+        t0 = time.monotonic_ns()
+        ops = [a.write(two.src, two.dst, 512, dst_offset=512 * i) for i in range(5)]
+        ops.append(a.write_paged(two.src, two.dst, [0, 1, 2], [2, 1, 0], 256))
+        xfer.wait(ops, timeout=10)
+        t1 = time.monotonic_ns()
+    finally:
+        a.trace(False)
+    recs = {t.user_data: t for t in a.read_traces()}
+    assert set(recs) >= {op.user_data for op in ops}
+    for op in ops:
+        t = recs[op.user_data]
+        assert t.kind == op.kind and t.wrs == (3 if op.kind == xfer.OP_PAGED else 1)
+        assert t0 <= t.t_call <= t.t_enq <= t.t_deq <= t.t_first <= t.t_last <= t.t_done <= t1
+    a.write(two.src, two.dst, 8).result(10)
+    assert a.read_traces() == []  # off: nothing recorded
 
 
 def test_dropped_engine_is_finalized() -> None:
@@ -475,12 +637,98 @@ def test_revoked_region_refuses_remote_writes() -> None:
         a.write(src, dst, 4096).result(10)
         assert (target == 7).all()
         target[:] = 0
+        assert not rb.revoked
         rb.revoke()
+        rb.revoke()  # idempotent
+        assert rb.revoked and not rb.closed and "revoked" in repr(rb)
         with pytest.raises(xfer.Error):  # the provider's error: ECANCELED on tcp
             a.write(src, dst, 4096, timeout_ms=5000).result(10)
         assert not target.any()
         assert peer.state == "live"  # a refused write is not a dead peer
+        # The revoked region cannot be used locally either.
+        back = b.import_region(b.add_peer(a.address), src.descriptor)
+        with pytest.raises(xfer.InvalidArgument, match="revoked"):
+            b.write(rb, back, 8)
+        a.write(src, dst, 0, imm=1, timeout_ms=5000).exception(10)  # no crash on a dead key either
         rb.close()
+        assert rb.closed
+    finally:
+        a.close()
+        b.close()
+
+
+def test_peer_down_without_a_progress_thread() -> None:
+    """on_peer_down is called from progress() when there is no reaper thread,
+    once, after the operations to the dead peer have completed; the C worker
+    only posts a semaphore (it never calls into Python)."""
+    import ctypes
+
+    downs = []
+    a = make_engine(
+        LOCAL_PROVIDER, heartbeat_ms=100, heartbeat_misses=10, progress_thread=False,
+        on_peer_down=lambda p, err: downs.append((p, err, threading.current_thread())),
+    )
+    libc_sem_post = ctypes.cast(ctypes.CDLL(None).sem_post, ctypes.c_void_p).value
+    assert a._core.down_signal is not None and a._core.down_signal.callback == libc_sem_post
+    b = make_engine(LOCAL_PROVIDER)
+    try:
+        peer = a.add_peer(b.address)
+        b.add_peer(a.address)
+        a.write_imm(peer, 1).result(10)
+        time.sleep(0.3)  # PING/PONG rounds
+        b.close()  # the peer goes away
+        pending = a.expect_imm(77, 1, timeout_ms=10000)  # unrelated: stays pending
+        t0 = time.monotonic()
+        while not downs and time.monotonic() - t0 < 4:
+            a.progress(0.05)
+        assert downs, f"no on_peer_down within 4 s (peer state {peer.state})"
+        who, err, thread = downs[0]
+        assert who is peer and isinstance(err, xfer.PeerError) and thread is threading.current_thread()
+        assert peer.state == "dead"
+        with pytest.raises(xfer.PeerError):
+            a.write_imm(peer, 2)
+        for _ in range(5):
+            a.progress(0.02)
+        assert len(downs) == 1 and not pending.done()
+    finally:
+        a.close()
+        b.close()
+    assert isinstance(pending.exception(0), xfer.Cancelled)
+
+
+def test_cancelled_scatter_statuses() -> None:
+    """A scatter cancelled before its entries were posted: the entries that
+    never went out must not report success."""
+    a = make_engine(LOCAL_PROVIDER)
+    b = make_engine(LOCAL_PROVIDER)
+    try:
+        peer = a.add_peer(b.address)
+        b.add_peer(a.address)
+        n = 4000
+        target = np.zeros(n * 8, np.uint8)
+        rb = b.register(target)  # kept: a collected region deregisters itself
+        dst = a.import_region(peer, rb.descriptor)
+        src = a.register(np.ones(64, np.uint8))
+        a.write(src, dst, 8).result(10)  # the connection is up
+        target[:] = 0
+        with a.group([peer]) as g:
+            sc = g.scatter(src, [(0, dst, 8, 0, i * 8) for i in range(n)], tag=77)
+            cut = a.cancel(77).result(10)
+            err = sc.exception(10)
+            time.sleep(0.05)
+            landed = target.reshape(n, 8).all(axis=1)
+            st = np.array(sc.statuses)
+            assert cut in (0, 1) and (err is None) == (cut == 0 and not st.any())
+            # Cancelled, or the first entry's own error (a loaded machine can
+            # see the provider fail an entry first).
+            assert err is None or isinstance(err, (xfer.Cancelled, xfer.PeerConnectionError)), err
+            assert not (landed & (st != 0)).any()  # what landed reports success
+            lying = int(((st == 0) & ~landed).sum())
+            if lying:
+                pytest.xfail(
+                    f"libxfer gap: {lying} of {n} scatter entries that were cut short (never posted) report "
+                    "status 0; xfer_scatter leaves the status of unposted entries at the 0 it wrote at submission"
+                )
     finally:
         a.close()
         b.close()

@@ -24,14 +24,20 @@ from ._engine import (
     OP_KINDS,
     Completion,
     Engine,
+    Group,
     Message,
+    NicInfo,
     Peer,
     Region,
     RemoteRegion,
+    ScatterCompletion,
+    ScatterEntry,
     Stats,
     Trace,
+    cuda_available,
     wait,
 )
+from ._topology import CPU_AUTO, TopologyDevice, nics_for_gpu, topology
 from ._errors import (
     Again,
     BadWire,
@@ -44,9 +50,11 @@ from ._errors import (
     MessageTooLong,
     NoGPU,
     NoProvider,
+    NoSpace,
     NotFound,
     NotSupported,
     OutOfMemory,
+    PeerConnectionError,
     PeerError,
     ProviderMismatch,
     Shutdown,
@@ -62,8 +70,10 @@ __version__ = "0.1.0"
 #: Path of the libxfer shared object in use.
 LIBRARY_PATH: str = _lib.LIBRARY_PATH
 
-#: Write flags (``flags=``): ``F_SHARD`` splits one write over the NICs,
-#: ``F_NIC(n)`` pins every request to NIC n. ``imm=`` sets the immediate flag.
+#: Write flags (``flags=``): ``F_SHARD`` splits one write over the NICs
+#: (``Peer.shards`` slices, each delivering the immediate), ``F_NIC(n)`` pins
+#: every request of a write, paged write or scatter to NIC n (an index into
+#: ``Engine.nics``). ``imm=`` sets the immediate flag itself.
 F_SHARD: int = _lib.XFER_F_SHARD
 F_NIC = _lib.XFER_F_NIC
 
@@ -73,6 +83,8 @@ OP_PAGED: int = _lib.XFER_OP_PAGED
 OP_IMM: int = _lib.XFER_OP_IMM
 OP_EXPECT: int = _lib.XFER_OP_EXPECT
 OP_CANCEL: int = _lib.XFER_OP_CANCEL
+OP_SCATTER: int = _lib.XFER_OP_SCATTER
+OP_BARRIER: int = _lib.XFER_OP_BARRIER
 
 
 def strerror(code: int) -> str:
@@ -85,11 +97,20 @@ __all__ = [
     "Peer",
     "Region",
     "RemoteRegion",
+    "Group",
+    "ScatterEntry",
+    "ScatterCompletion",
+    "NicInfo",
     "Completion",
     "Message",
     "Stats",
     "Trace",
     "Device",
+    "TopologyDevice",
+    "cuda_available",
+    "topology",
+    "nics_for_gpu",
+    "CPU_AUTO",
     "wait",
     "strerror",
     "errno_name",
@@ -97,6 +118,7 @@ __all__ = [
     "Error",
     "TimeoutError",
     "PeerError",
+    "PeerConnectionError",
     "InvalidArgument",
     "WouldBlock",
     "Again",
@@ -114,8 +136,17 @@ __all__ = [
     "FabricError",
     "OutOfMemory",
     "NotSupported",
+    "NoSpace",
     "F_SHARD",
     "F_NIC",
+    "OP_SEND",
+    "OP_WRITE",
+    "OP_PAGED",
+    "OP_IMM",
+    "OP_EXPECT",
+    "OP_CANCEL",
+    "OP_SCATTER",
+    "OP_BARRIER",
     "OP_KINDS",
     "LIBRARY_PATH",
     "__version__",

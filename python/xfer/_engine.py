@@ -4,6 +4,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import errno as _errno
+import functools
 import itertools
 import logging
 import os
@@ -31,7 +32,9 @@ from ._errors import (
     Cancelled,
     Error,
     InvalidArgument,
+    NoGPU,
     NotSupported,
+    PeerError,
     Shutdown,
     TimeoutError,
     check,
@@ -82,6 +85,23 @@ class Stats(NamedTuple):
     imms_dropped: int
     msgs_received: int
     worker_sleeps: int
+
+
+class NicInfo(NamedTuple):
+    """``struct xfer_nic_info`` of one NIC (``Engine.nic_info``)."""
+
+    nic: int  #: its index in ``Engine.nics``
+    provider: str  #: e.g. "tcp;ofi_rxm", "shm"
+    domain: str  #: the domain (interface) name, e.g. "lo"
+    tx_depth: int
+    rx_depth: int
+    max_msg: int  #: the largest single transfer
+    #: True: a write completes once its data is at the target, and a write the
+    #: target rejects (revoked region) completes with an error. False (shm): it
+    #: completes once sent; a rejected write still lands nothing, but the
+    #: writer is not told.
+    delivery_complete: bool
+    gpu_path: str  #: "native" (FI_HMEM) or "staged" through host memory
 
 
 class Trace(NamedTuple):
@@ -233,12 +253,20 @@ def wait(completions: Iterable[Completion], timeout: Optional[float] = None) -> 
 # ---------------------------------------------------------------------- core
 
 
+_SE = _lib.packer(_lib.xfer_scatter_entry)
+_SC = _lib.packer(_lib.xfer_scatter_t)
+_pack_se = _SE.pack_into
 _W = _lib.packer(_lib.xfer_write_t)
 _PW = _lib.packer(_lib.xfer_paged_write_t)
 _C = _lib.packer(_lib.xfer_completion)
+# Submissions fill only the leading fields of struct xfer_completion
+# (user_data, cb, cb_ctx, timeout_ms, tag); the rest (signal, ...) stays as
+# zeroed when the buffer was made, so fields the header appends later read 0.
+_C_HEAD = struct.Struct("<QQQQQ")
+assert [getattr(_lib.xfer_completion, f).offset for f in ("user_data", "cb", "cb_ctx", "timeout_ms", "tag")] == [0, 8, 16, 24, 32]
 _pack_w = _W.pack_into
 _pack_pw = _PW.pack_into
-_pack_c = _C.pack_into
+_pack_c = _C_HEAD.pack_into
 _OFF_PW = _W.size
 _OFF_C = _W.size + _PW.size
 
@@ -281,21 +309,27 @@ class _Core:
         self.waiters = 0
         self.cb_lock = threading.Lock()
         self.ctl = threading.RLock()  # control path: regions, peers, close
-        self.closed = False
-        self.stopping = False
+        self.stopped = False  # xfer_engine_stop ran: submissions raise Shutdown
+        self.closed = False  # and every handle was released
+        self.stopping = False  # tells the reaper and receive threads to exit
         self.mrs: Dict[int, "weakref.ref[Region]"] = {}
         self.rmrs: Dict[int, "weakref.ref[RemoteRegion]"] = {}
         self.orphan_rmrs: set = set()  # imported before close, freed when their objects go
         self.peers_by_id: Dict[int, "weakref.ref[Peer]"] = {}
+        # Every peer added and not removed, by index: (engine id, its Peer).
+        self.peers: Dict[int, Tuple[int, "weakref.ref[Peer]"]] = {}
+        self.down_reported: set = set()  # peer indices on_peer_down was called for
         self.scratch = _Scratch()
         self.reaper: Optional[threading.Thread] = None
         self.receiver: Optional[threading.Thread] = None
-        self.peer_down_events: List[Tuple[int, int, int]] = []
+        self.down_signal: Optional[_lib.PeerDownSignal] = None
         self.on_peer_down: Optional[Callable[..., Any]] = None
-        self.keep_c_callbacks: List[Any] = []
         self.poll_buf = (_lib.xfer_cqe * _REAP_BATCH)()
         self.zombies: List[Tuple[int, Any]] = []  # collected regions still busy in C
+        self.zombie_groups: List[Tuple[int, Any]] = []  # collected groups still busy in C
         self.poll_lock = threading.Lock()
+        self.nic_infos: List[NicInfo] = []
+        self.strays = 0  # completions that matched no pending operation
 
     # -- completions
     def dispatch(self, raw: bytes) -> int:
@@ -304,6 +338,7 @@ class _Core:
         for ud, res, kind in _iter_cqes(raw):
             op = pop(ud, None)
             if op is None:
+                self.strays += 1  # never submitted from here, or completed twice
                 continue
             n += 1
             op._res = res
@@ -328,22 +363,30 @@ class _Core:
             else:
                 n = _lib.xfer_cq_poll(self.h, addressof(buf), _REAP_BATCH)
             if n == _E_TIMEDOUT or n == 0:
-                return 0
-            check(n, "xfer_cq_wait")
-            raw = _string_at(addressof(buf), n * 16)
-        done = self.dispatch(raw)
-        self._peer_events()
+                n = 0
+            else:
+                check(n, "xfer_cq_wait")
+                raw = _string_at(addressof(buf), n * 16)
+        done = self.dispatch(raw) if n else 0
+        if self.down_signal is not None:
+            self.check_peers_down()
         return done
+
+    def drain(self) -> None:
+        """Dispatches everything the completion queue holds now."""
+        while self.progress(0):
+            pass
 
     def reaper_main(self) -> None:
         buf = (_lib.xfer_cqe * _REAP_BATCH)()
         a = addressof(buf)
         h = self.h
         cq_wait = _lib.xfer_cq_wait
+        sig = self.down_signal
         ticks = 0
         while not self.stopping:
             ticks += 1
-            if self.zombies and ticks % 25 == 0:
+            if ticks % 25 == 0 and (self.zombies or self.zombie_groups):
                 self.retry_zombies()
             n = cq_wait(h, a, _REAP_BATCH, _REAP_SLICE_MS)
             if n > 0:
@@ -351,30 +394,48 @@ class _Core:
             elif n != _E_TIMEDOUT:
                 log.error("xfer: xfer_cq_wait failed: %s", _lib.strerror(n))
                 time.sleep(0.01)
-            if self.peer_down_events:
-                self._peer_events()
+            if sig is not None and sig.take():
+                self.peers_down()
 
-    def _peer_events(self) -> None:
-        while self.peer_down_events:
-            idx, engine_id, reason = self.peer_down_events.pop(0)
-            cb = self.on_peer_down
+    def check_peers_down(self) -> None:
+        sig = self.down_signal
+        if sig is not None and sig.take():
+            self.peers_down()
+
+    def peers_down(self) -> None:
+        """The worker posted the peer-down signal: call on_peer_down for every
+        peer newly dead, after dispatching the completions it delivered first."""
+        while self.down_signal is not None and self.down_signal.take():
+            pass  # one scan covers every post so far
+        self.drain()
+        with self.ctl:
+            dead = []
+            for idx, (eid, ref) in list(self.peers.items()):
+                if idx in self.down_reported:
+                    continue
+                if _lib.xfer_peer_state(self.h, idx) == _lib.XFER_PEER_DEAD:
+                    self.down_reported.add(idx)
+                    dead.append((idx, eid, ref()))
+        cb = self.on_peer_down
+        for idx, eid, peer in dead:
+            err = PeerError(
+                _lib.XFER_EPEER, f"peer {idx} (engine {eid:016x}) was declared dead", "on_peer_down"
+            )
             if cb is None:
                 continue
-            ref = self.peers_by_id.get(engine_id)
-            peer = ref() if ref is not None else None
             try:
-                cb(peer if peer is not None else idx, error_for(reason, "peer down"))
+                cb(peer if peer is not None else idx, err)
             except Exception:  # noqa: BLE001
                 log.exception("xfer: exception in on_peer_down callback")
 
     def wait_for(self, op: Completion, timeout: Optional[float]) -> bool:
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         if self.manual:
-            if self.zombies:
+            if self.zombies or self.zombie_groups:
                 self.retry_zombies()
             while not op._done:
                 left = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-                if left <= 0 or self.closed:
+                if left <= 0 or self.stopped:
                     return op._done
                 self.progress(max(1, int(min(left, _WAIT_SLICE_S) * 1000)))
             return True
@@ -395,16 +456,22 @@ class _Core:
 
     def submit_failed(self, ud: int, rc: int, op: str) -> Error:
         self.pending.pop(ud, None)
+        if self.stopped:
+            # Whatever the library checked first (a peer it marked dead as it
+            # stopped, a region it released), a stopped engine says so.
+            return _shutdown(op)
         return error_for(rc, op)
 
     # -- lifecycle
-    def close(self) -> None:
+    def stop(self) -> None:
+        """xfer_engine_stop, then every Completion is done: what was in flight
+        ends as the library reports it (Cancelled for what it cut short)."""
         if os.getpid() != self.pid:  # a forked child owns no worker thread
             return
         with self.ctl:
-            if self.closed:
+            if self.stopped:
                 return
-            self.closed = True
+            self.stopped = True
         # Cancels what is in flight (completions -ECANCELED) while the reaper still reaps.
         _lib.xfer_engine_stop(self.h)
         self.stopping = True
@@ -419,7 +486,10 @@ class _Core:
             if n <= 0:
                 break
             self.dispatch(_string_at(addressof(buf), n * 16))
-        self._peer_events()
+        if self.down_signal is not None:
+            self.peers_down()  # a peer that died just before the stop
+            sig, self.down_signal = self.down_signal, None
+            sig.close()  # the worker is gone: nothing posts any more
         for ud in list(self.pending):
             op = self.pending.pop(ud, None)
             if op is not None:
@@ -430,6 +500,15 @@ class _Core:
                     _run_callback(fn, op)
         with self.cv:
             self.cv.notify_all()
+
+    def close(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        self.stop()
+        with self.ctl:
+            if self.closed:
+                return
+            self.closed = True
         # Nothing can land any more (stop released every registration on the
         # NICs). Handles become unusable now, but no C object is freed here:
         # another thread may be about to pass one to the library. Remote
@@ -450,6 +529,10 @@ class _Core:
                     rr._h = None
                 self.orphan_rmrs.add(h)
             self.rmrs.clear()
+            # The worker released every group reference when it stopped.
+            for h, _keep in self.zombie_groups:
+                _lib.xfer_group_destroy(h)
+            self.zombie_groups.clear()
 
     def retry_zombies(self) -> None:
         with self.ctl:
@@ -458,6 +541,11 @@ class _Core:
                 if self.dereg(h) == -_errno.EBUSY:
                     left.append((h, keep))
             self.zombies = left
+            groups = []
+            for h, keep in self.zombie_groups:
+                if _lib.xfer_group_destroy(h) == -_errno.EBUSY:
+                    groups.append((h, keep))
+            self.zombie_groups = groups
 
     def free_rmr(self, h: int) -> None:
         with self.ctl:
@@ -475,7 +563,19 @@ class _Core:
             return rc
 
 
-def _destroy(h: int, pid: int) -> None:
+def _shutdown(op: str) -> Shutdown:
+    return Shutdown(_errno.ESHUTDOWN, "the engine is stopped or closed", op)
+
+
+def cuda_available() -> bool:
+    """True when libxfer can use a CUDA driver and GPU here (``xfer_cuda_available``):
+    then :meth:`Engine.register` takes CUDA memory."""
+    if _lib.xfer_cuda_available is None:
+        return False
+    return _lib.xfer_cuda_available() == 1
+
+
+def _destroy(h: int, pid: int, keep: Any = None) -> None:
     if os.getpid() == pid:
         _lib.xfer_engine_destroy(h)
 
@@ -490,9 +590,18 @@ class Region:
     here. The region keeps its backing object alive; close it (or use it as a
     context manager) to deregister — :class:`xfer.Busy` while operations
     still read from it. A region that is garbage-collected deregisters itself.
+    :meth:`revoke` withdraws remote access at once, e.g. before reusing memory
+    whose writer may be dead.
+
+    A closed (or revoked) region passed to an operation raises
+    :class:`xfer.InvalidArgument`; on a stopped or closed engine every
+    operation raises :class:`xfer.Shutdown` instead.
     """
 
-    __slots__ = ("_core", "_h", "_fin", "engine", "obj", "ptr", "nbytes", "device", "descriptor", "_keep", "__weakref__")
+    __slots__ = (
+        "_core", "_h", "_fin", "_revoked", "engine", "obj", "ptr", "nbytes", "device", "descriptor", "_keep",
+        "__weakref__",
+    )
 
     def __init__(self, engine: "Engine", h: int, mem: Memory, obj: Any, descriptor: bytes):
         self._core = engine._core
@@ -504,6 +613,7 @@ class Region:
         self.device = mem.device
         self.descriptor = descriptor
         self._keep = mem.keep
+        self._revoked = False
         # Deregisters a region dropped without close(). At interpreter exit the
         # engine's own finalizer releases everything instead.
         self._fin = weakref.finalize(self, _region_gone, self._core, h, mem.keep)
@@ -511,10 +621,26 @@ class Region:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran (or the engine was closed)."""
         return self._h is None
 
+    @property
+    def gpu(self) -> Optional[int]:
+        """The CUDA device holding the region (``xfer_mr_is_gpu``), or None for host memory."""
+        h = self._h
+        if h is None or _lib.xfer_mr_is_gpu is None:
+            return self.device.index if self.device.type == "cuda" else None
+        dev = int(_lib.xfer_mr_is_gpu(h))
+        return dev if dev >= 0 else None
+
+    @property
+    def revoked(self) -> bool:
+        """True once :meth:`revoke` ran: remote writes are refused, local use too."""
+        return self._revoked
+
     def close(self) -> None:
-        """Deregisters (idempotent). Raises :class:`xfer.Busy` while operations use it."""
+        """Deregisters (idempotent; a no-op once the engine is closed). Raises
+        :class:`xfer.Busy` while operations use it."""
         h = self._h
         if h is None:
             return
@@ -528,12 +654,27 @@ class Region:
     deregister = close
 
     def revoke(self) -> None:
-        """Withdraws remote access at once (descriptors handed out die); then close() it."""
+        """Withdraws the registration but keeps the region (``xfer_mr_revoke``).
+
+        Once this returns, a remote write naming the region fails at this end
+        and writes nothing; every descriptor handed out stays dead (keys are
+        never reused). Whether the *writer* is told depends on its provider:
+        with ``NicInfo.delivery_complete`` (tcp) its write fails; on shm it
+        completes as sent, though nothing lands. The region can no longer be
+        used locally either (:class:`xfer.InvalidArgument`); :meth:`close` it,
+        and register the memory again to hand out a new descriptor.
+        Idempotent. Raises :class:`xfer.Busy` while local operations read from
+        it, :class:`xfer.Shutdown` once the engine is stopped.
+        """
         if _lib.xfer_mr_revoke is None:
             raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no xfer_mr_revoke", "revoke")
-        if self._h is None:
+        if self._core.stopped:
+            raise _shutdown("xfer_mr_revoke")
+        h = self._h
+        if h is None:
             raise InvalidArgument(_errno.EINVAL, "region is closed", "xfer_mr_revoke")
-        check(_lib.xfer_mr_revoke(self._h), "xfer_mr_revoke")
+        check(_lib.xfer_mr_revoke(h), "xfer_mr_revoke")
+        self._revoked = True
 
     def __enter__(self) -> "Region":
         return self
@@ -546,7 +687,7 @@ class Region:
 
     def __repr__(self) -> str:
         state = "closed" if self._h is None else f"{self.nbytes} B at {self.ptr:#x} on {self.device}"
-        return f"<xfer.Region {state}>"
+        return f"<xfer.Region {state}{' revoked' if self._revoked else ''}>"
 
 
 def _region_gone(core: _Core, h: int, keep: Any) -> None:
@@ -615,7 +756,11 @@ class Peer:
 
     @property
     def state(self) -> str:
-        """``"live"``, ``"dead"`` (failed: submissions raise PeerError) or ``"removed"``."""
+        """``xfer_peer_state``: ``"live"``; ``"dead"`` once the engine declared it
+        failed (its probes failed or went unanswered for ``heartbeat_ms *
+        heartbeat_misses``): pending operations to it completed with
+        :class:`xfer.PeerError`, new ones raise it at once, until it is
+        removed; or ``"removed"``."""
         if self._removed:
             return "removed"
         if _lib.xfer_peer_state is None:
@@ -624,8 +769,17 @@ class Peer:
         return {_lib.XFER_PEER_LIVE: "live", _lib.XFER_PEER_DEAD: "dead"}.get(s, "removed")
 
     @property
+    def alive(self) -> bool:
+        """``state == "live"``."""
+        return self.state == "live"
+
+    @property
     def shards(self) -> int:
-        """How many times a sharded write (``flags=xfer.F_SHARD``) delivers its immediate."""
+        """``xfer_peer_shards``: how many times one sharded write
+        (``flags=xfer.F_SHARD``) to this peer delivers its immediate —
+        min(our NIC count, the peer's); 0 once removed."""
+        if self._removed:
+            return 0
         if _lib.xfer_peer_shards is None:
             return 1
         return int(_lib.xfer_peer_shards(self._core.h, self.index))
@@ -643,12 +797,146 @@ class Peer:
         """Forgets the peer; :class:`xfer.Busy` while operations to it are in flight."""
         if self._removed:
             return
-        check(_lib.xfer_peer_remove(self._core.h, self.index), "xfer_peer_remove")
-        self._removed = True
-        self._core.peers_by_id.pop(self.id, None)
+        core = self._core
+        with core.ctl:
+            check(_lib.xfer_peer_remove(core.h, self.index), "xfer_peer_remove")
+            self._removed = True
+            ref = core.peers_by_id.get(self.id)
+            if ref is not None and ref() is self:
+                del core.peers_by_id[self.id]
+            core.peers.pop(self.index, None)
+            core.down_reported.discard(self.index)
 
     def __repr__(self) -> str:
         return f"<xfer.Peer {self.index} id={self.id:016x}>"
+
+
+class Group:
+    """A fixed set of peers for :meth:`Engine.scatter` and :meth:`Engine.barrier`
+    (``xfer_group_create``), made by :meth:`Engine.group`.
+
+    ``members`` lists its peers in order: a scatter entry names its target by
+    index into it. ``len(group)`` is ``xfer_group_size``. Close it (or use it
+    as a context manager) to free it — :class:`xfer.Busy` while a scatter or
+    barrier on it is in flight; a collected group frees itself.
+    """
+
+    __slots__ = ("_core", "_h", "_fin", "_lingering", "engine", "members", "__weakref__")
+
+    def __init__(self, engine: "Engine", h: int, members: List["Peer"]):
+        self._core = engine._core
+        self._h: Optional[int] = h
+        self.engine = engine
+        self.members: Tuple[Peer, ...] = tuple(members)
+        # Arrays of scatters that completed early (deadline): the worker may
+        # still write their status and read their entries until it drains
+        # them, which is over once the group can be destroyed.
+        self._lingering: List[Any] = []
+        self._fin = weakref.finalize(self, _group_gone, self._core, h, self._lingering)
+        self._fin.atexit = False
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    @property
+    def size(self) -> int:
+        """``xfer_group_size``: how many members (each expects this many arrivals
+        when every member barriers on the same immediate)."""
+        h = self._h
+        return int(_lib.xfer_group_size(h)) if h is not None else len(self.members)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def index(self, peer: "Peer") -> int:
+        """The member index of ``peer`` (its first occurrence)."""
+        for i, p in enumerate(self.members):
+            if p is peer:
+                return i
+        raise InvalidArgument(_errno.EINVAL, f"{peer!r} is not a member of this group", "xfer_scatter")
+
+    def scatter(self, src: Optional["Region"], entries: Iterable[Any], **kw: Any) -> "ScatterCompletion":
+        """:meth:`Engine.scatter` on this group."""
+        return self.engine.scatter(self, src, entries, **kw)
+
+    def barrier(self, imm: int, **kw: Any) -> Completion:
+        """:meth:`Engine.barrier` on this group."""
+        return self.engine.barrier(self, imm, **kw)
+
+    def close(self) -> None:
+        """Frees the group (idempotent). Raises :class:`xfer.Busy` while a
+        scatter or barrier on it is in flight."""
+        h = self._h
+        if h is None:
+            return
+        with self._core.ctl:
+            rc = _lib.xfer_group_destroy(h)
+            if rc < 0:
+                raise error_for(rc, "xfer_group_destroy")
+            self._fin.detach()
+            self._h = None
+            self._lingering.clear()
+
+    def __enter__(self) -> "Group":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self._h is None else ""
+        return f"<xfer.Group of {len(self.members)} peers{state}>"
+
+
+def _group_gone(core: _Core, h: int, lingering: List[Any]) -> None:
+    """A Group was collected without close(): free it, or keep what its
+    scatters still use until the worker lets it go."""
+    if os.getpid() != core.pid:
+        return
+    with core.ctl:
+        if _lib.xfer_group_destroy(h) == -_errno.EBUSY:
+            core.zombie_groups.append((h, lingering))
+
+
+class ScatterEntry(NamedTuple):
+    """One slice of a scatter: ``nbytes`` from ``src_offset`` of the source
+    region to ``dst_offset`` of ``dst``, a region of group member ``member``
+    (its index in ``Group.members``, or the Peer itself). ``nbytes`` 0
+    delivers only the immediate."""
+
+    member: Union[int, "Peer"]
+    dst: "RemoteRegion"
+    nbytes: int
+    src_offset: int = 0
+    dst_offset: int = 0
+
+
+class ScatterCompletion(Completion):
+    """The completion of :meth:`Engine.scatter`: the first error of its
+    entries, and each entry's own result in :attr:`statuses`."""
+
+    __slots__ = ("_status",)
+
+    def __init__(self, core: "_Core", user_data: int, keep: Any, status: Any):
+        super().__init__(core, user_data, _lib.XFER_OP_SCATTER, keep)
+        self._status = status
+
+    @property
+    def statuses(self) -> Optional[List[int]]:
+        """Each entry's result (0 or -errno), filled by the library before the
+        completion; None while in flight or when submitted with ``status=False``."""
+        if not self._done or self._status is None:
+            return None
+        return list(self._status)
+
+    def entry_errors(self, timeout: Optional[float] = None) -> List[Optional[Error]]:
+        """Waits like :meth:`result`, then returns each entry's error (None where it succeeded)."""
+        if not self._done and not self._core.wait_for(self, timeout):
+            raise TimeoutError(_errno.ETIMEDOUT, f"scatter not complete after {timeout} s", "wait")
+        if self._status is None:
+            raise InvalidArgument(_errno.EINVAL, "submitted with status=False", "entry_errors")
+        return [error_for(r, "scatter entry") if r < 0 else None for r in self._status]
 
 
 # -------------------------------------------------------------------- engine
@@ -675,7 +963,8 @@ class Engine:
     Keyword arguments mirror ``struct xfer_attr`` (None keeps the library
     default, after the ``XFER_*`` environment variables): ``provider``
     ("auto", "tcp", "shm", "verbs", "efa" or a full name), ``nics`` (a
-    comma-separated string or a list: ``"lo"``), ``worker_cpu``,
+    comma-separated string or a list: ``"lo"``), ``worker_cpu`` (a CPU,
+    -1 unpinned, or ``"auto"``/``xfer.CPU_AUTO``: near the first NIC),
     ``submit_depth``, ``max_ops``, ``recv_count``, ``msg_max``, ``imm_slots``,
     ``max_regions``, ``spin_us``, ``timeout_ms`` (default deadline of operations),
     ``log_level``, ``heartbeat_ms``, ``heartbeat_misses``.
@@ -684,7 +973,12 @@ class Engine:
 
     * ``on_recv(message)``: receive by callback (on a dedicated thread)
       instead of :meth:`recv`.
-    * ``on_peer_down(peer, error)``: called once per failed peer.
+    * ``on_peer_down(peer, error)``: called once per peer the engine declares
+      dead (``heartbeat_ms * heartbeat_misses`` without an answer to its
+      probes), after the operations it failed have completed; ``peer`` is the
+      :class:`Peer` (its index if that object is gone), ``error`` a
+      :class:`xfer.PeerError`. It runs on the reaper thread (in
+      :meth:`progress` without one): the C worker only posts a semaphore.
     * ``progress_thread`` (default True): a reaper thread turns C completions
       into :class:`Completion` results. With False, completions advance only
       inside :meth:`progress` and blocking waits.
@@ -697,7 +991,7 @@ class Engine:
         provider: Optional[str] = None,
         nics: Union[str, Sequence[str], None] = None,
         *,
-        worker_cpu: Optional[int] = None,
+        worker_cpu: Union[int, str, None] = None,
         submit_depth: Optional[int] = None,
         max_ops: Optional[int] = None,
         recv_count: Optional[int] = None,
@@ -724,33 +1018,38 @@ class Engine:
             b = s.encode()
             self._strings.append(b)
             a.nics = b
+        if worker_cpu == "auto":
+            worker_cpu = _lib.XFER_CPU_AUTO
         given = locals()
         for name in _ATTR_INTS:
             v = given[name]
             if v is not None:
-                if not isinstance(v, int) or isinstance(v, bool) or (v < 0 and name not in ("worker_cpu", "log_level")):
+                if not isinstance(v, int) or isinstance(v, bool) or (v < 0 and name not in ("worker_cpu", "log_level")) or (
+                    name == "worker_cpu" and v < _lib.XFER_CPU_AUTO
+                ):
                     raise InvalidArgument(_errno.EINVAL, f"{name} must be a non-negative int, not {v!r}", "Engine")
                 try:
                     setattr(a, name, v)
                 except (TypeError, OverflowError) as ex:
                     raise InvalidArgument(_errno.EINVAL, f"{name}={v!r}: {ex}", "Engine") from None
-        peer_down_cb = None
+        down_signal = None
         if on_peer_down is not None:
-            events: List[Tuple[int, int, int]] = []
-
-            def _c_peer_down(ctx: Any, peer: int, engine_id: int, reason: int) -> None:
-                events.append((peer, engine_id, reason))  # worker thread: record only
-
-            peer_down_cb = _lib.xfer_peer_down_fn(_c_peer_down)
-            a.on_peer_down = ctypes.cast(peer_down_cb, c_void_p)
+            if not callable(on_peer_down):
+                raise InvalidArgument(_errno.EINVAL, "on_peer_down must be callable", "Engine")
+            # The worker thread only posts a semaphore (see _lib.PeerDownSignal):
+            # it never waits for the GIL. The reaper thread (or progress())
+            # calls on_peer_down.
+            down_signal = _lib.PeerDownSignal()
+            a.on_peer_down = down_signal.callback
+            a.on_peer_down_ctx = down_signal.addr
         out = c_void_p()
         check(_lib.xfer_engine_create(byref(a), byref(out)), "xfer_engine_create")
         assert out.value is not None
         core = self._core = _Core(out.value, not progress_thread)
-        self._destroyer = weakref.finalize(core, _destroy, core.h, core.pid)
-        if peer_down_cb is not None:
-            core.keep_c_callbacks.append(peer_down_cb)
-            core.peer_down_events = events
+        # The semaphore goes with the C engine (its last user), not before.
+        self._destroyer = weakref.finalize(core, _destroy, core.h, core.pid, down_signal)
+        if down_signal is not None:
+            core.down_signal = down_signal
             core.on_peer_down = on_peer_down
         self.msg_max = int(a.msg_max)
         self.timeout_ms = int(a.timeout_ms)
@@ -760,6 +1059,7 @@ class Engine:
             (_lib.xfer_engine_nic_name(core.h, i) or b"").decode()
             for i in range(_lib.xfer_engine_nic_count(core.h))
         ]
+        core.nic_infos = [self._read_nic_info(i) for i in range(len(self.nics))]
         self.address = self._address()
         self._on_recv = on_recv
         if progress_thread:
@@ -778,15 +1078,66 @@ class Engine:
         n = check(_lib.xfer_engine_addr(self._core.h, buf, len(buf), None), "xfer_engine_addr")
         return buf.raw[:n]
 
+    def _read_nic_info(self, i: int) -> NicInfo:
+        name = self.nics[i]
+        if _lib.xfer_engine_nic_info is None:  # an older libxfer
+            return NicInfo(i, self.provider, name, 0, 0, 0, True, "staged")
+        info = _lib.xfer_nic_info()
+        check(_lib.xfer_engine_nic_info(self._core.h, i, byref(info)), "xfer_engine_nic_info")
+        return NicInfo(
+            i,
+            info.provider.decode("utf-8", "replace"),
+            info.domain.decode("utf-8", "replace"),
+            int(info.tx_depth),
+            int(info.rx_depth),
+            int(info.max_msg),
+            bool(info.delivery_complete),
+            (info.gpu_path or b"").decode("utf-8", "replace"),
+        )
+
+    def nic_info(self, index: int = 0) -> NicInfo:
+        """``xfer_engine_nic_info`` of NIC ``index`` (read once, at creation).
+
+        ``delivery_complete`` says whether a write completes only once its data
+        is at the target (tcp) or already once sent (shm, where a write the
+        target refuses is not reported to the writer)."""
+        infos = self._core.nic_infos
+        if not isinstance(index, int) or not 0 <= index < len(infos):
+            raise InvalidArgument(_errno.EINVAL, f"no NIC {index!r}: the engine has {len(infos)}", "xfer_engine_nic_info")
+        return infos[index]
+
+    @property
+    def nic_infos(self) -> List[NicInfo]:
+        """:meth:`nic_info` of every NIC, in order (``nics`` holds their names)."""
+        return list(self._core.nic_infos)
+
     def __repr__(self) -> str:
-        state = " closed" if self._core.closed else ""
+        core = self._core
+        state = " closed" if core.closed else " stopped" if core.stopped else ""
         return f"<xfer.Engine {self.id:016x} {self.provider} on {','.join(self.nics)}{state}>"
 
     # -- lifecycle
+    def stop(self) -> None:
+        """Stops the worker (``xfer_engine_stop``) but keeps the objects.
+
+        Submissions not yet taken and requests not yet posted complete with
+        :class:`xfer.Cancelled`; posted requests get up to 2 s to finish with
+        their own result (Cancelled if abandoned). Once this returns every
+        Completion is done, nothing lands any more, and every later submission,
+        registration, peer or group call raises :class:`xfer.Shutdown`.
+        Regions, groups and imported regions can still be closed; peers'
+        ``state`` can still be read. Idempotent; :meth:`close` does this first.
+        """
+        self._core.stop()
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` (or :meth:`close`) ran."""
+        return self._core.stopped
+
     def close(self) -> None:
-        """Stops the worker: in-flight operations complete with :class:`xfer.Cancelled`
-        (after up to 2 s to drain), every region and imported region is released,
-        later calls raise :class:`xfer.Shutdown`. Idempotent."""
+        """:meth:`stop`, then releases every region and imported region (their
+        objects become closed). Later calls raise :class:`xfer.Shutdown`. Idempotent."""
         self._closer()
 
     @property
@@ -804,11 +1155,39 @@ class Engine:
         """Parses a peer's address bytes (untrusted) and makes it reachable."""
         core = self._core
         a = bytes(address)
+        if core.stopped:
+            raise _shutdown("xfer_peer_add")
         idx = c_uint32()
-        check(_lib.xfer_peer_add(core.h, a, len(a), byref(idx)), "xfer_peer_add")
-        p = Peer(self, idx.value)
-        core.peers_by_id[p.id] = weakref.ref(p)
+        with core.ctl:
+            check(_lib.xfer_peer_add(core.h, a, len(a), byref(idx)), "xfer_peer_add")
+            p = Peer(self, idx.value)
+            ref = weakref.ref(p)
+            core.peers_by_id[p.id] = ref
+            core.peers[p.index] = (p.id, ref)
+            core.down_reported.discard(p.index)
         return p
+
+    def group(self, peers: Iterable[Peer]) -> Group:
+        """A :class:`Group` of these peers, in this order, for :meth:`scatter`
+        and :meth:`barrier` (``xfer_group_create``). A peer may be this
+        engine itself (added by its own address), e.g. for a barrier in which
+        every member takes part."""
+        core = self._core
+        if _lib.xfer_group_create is None:
+            raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no peer groups", "xfer_group_create")
+        members = list(peers)
+        for p in members:
+            if not isinstance(p, Peer) or p._core is not core:
+                raise InvalidArgument(_errno.EINVAL, f"{p!r} is not a Peer of this engine", "xfer_group_create")
+        if not members:
+            raise InvalidArgument(_errno.EINVAL, "a group needs at least one peer", "xfer_group_create")
+        if core.stopped:
+            raise _shutdown("xfer_group_create")
+        idx = (c_uint32 * len(members))(*[p.index for p in members])
+        out = c_void_p()
+        with core.ctl:
+            check(_lib.xfer_group_create(core.h, idx, len(members), byref(out)), "xfer_group_create")
+        return Group(self, int(out.value or 0), members)
 
     def import_region(self, peer: Peer, descriptor: BytesLike) -> RemoteRegion:
         """Parses a region descriptor (untrusted bytes) that must belong to ``peer``."""
@@ -817,6 +1196,8 @@ class Engine:
             raise InvalidArgument(_errno.EINVAL, "peer is not a Peer of this engine", "xfer_rmr_import")
         d = bytes(descriptor)
         out = c_void_p()
+        if core.stopped:
+            raise _shutdown("xfer_rmr_import")
         with core.ctl:
             check(_lib.xfer_rmr_import(core.h, peer.index, d, len(d), byref(out)), "xfer_rmr_import")
             h = int(out.value or 0)
@@ -851,15 +1232,26 @@ class Engine:
     def _register_memory(self, mem: Memory, obj: Any) -> Region:
         core = self._core
         if not mem.device.is_host:
-            # The one place a device kind reaches the C library. It needs an
-            # entry point that takes the memory kind (see docs/python.md).
-            raise NotSupported(
-                _errno.EOPNOTSUPP,
-                f"cannot register {mem.device} memory: this libxfer registers host memory only "
-                "(no CUDA/device registration in the C API yet); copy to a host buffer, "
-                "e.g. tensor.cpu() or pinned memory",
-                "register",
-            )
+            # The one place a device kind reaches the C library: xfer_mr_reg
+            # takes CUDA memory itself (detected through the driver), but only
+            # where a driver is usable; anything else is refused here, before
+            # the library could take a device pointer for host memory.
+            if mem.device.type != "cuda" or _lib.xfer_cuda_available is None:
+                raise NotSupported(
+                    _errno.EOPNOTSUPP,
+                    f"cannot register {mem.device} memory: this libxfer registers host memory only "
+                    + ("" if mem.device.type != "cuda" else "(it has no CUDA support); ")
+                    + "copy to a host buffer, e.g. tensor.cpu() or pinned memory",
+                    "register",
+                )
+            if not cuda_available():
+                raise NoGPU(
+                    _lib.XFER_ENOGPU,
+                    f"cannot register {mem.device} memory: no usable CUDA driver or GPU here (xfer_cuda_available)",
+                    "register",
+                )
+        if core.stopped:
+            raise _shutdown("xfer_mr_reg")
         out = c_void_p()
         with core.ctl:
             check(_lib.xfer_mr_reg(core.h, mem.ptr, mem.nbytes, byref(out)), "xfer_mr_reg")
@@ -913,10 +1305,12 @@ class Engine:
         """
         core = self._core
         try:
-            s_h = src._h if src is not None else None
+            s_h = src._h if src is not None else 0
             d_h = dst._h
         except AttributeError:
             raise InvalidArgument(_errno.EINVAL, "write(src: Region | None, dst: RemoteRegion, ...)", "xfer_write") from None
+        if s_h is None or d_h is None:  # a closed region: never let it pass as "no source"
+            raise _closed(core, "xfer_write", src, dst)
         if nbytes is None:
             nbytes = src.nbytes - src_offset if src is not None else 0
         if imm is not None:
@@ -927,7 +1321,7 @@ class Engine:
         sc = core.scratch
         buf = sc.buf
         try:
-            _pack_w(buf, 0, s_h or 0, src_offset, d_h or 0, dst_offset, nbytes, imm or 0, flags)
+            _pack_w(buf, 0, s_h, src_offset, d_h, dst_offset, nbytes, imm or 0, flags)
             _pack_c(buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
         except struct.error as ex:
             raise _bad_values("xfer_write", ex) from None
@@ -938,7 +1332,7 @@ class Engine:
         rc = _lib.xfer_write(core.h, sc.aw, sc.ac)
         if rc:
             core.pending.pop(ud, None)
-            raise _explain(rc, "xfer_write", src, dst)
+            raise _shutdown("xfer_write") if core.stopped else _explain(rc, "xfer_write", src, dst)
         return op
 
     def write_paged(
@@ -979,6 +1373,8 @@ class Engine:
             d_h = dst._h
         except AttributeError:
             raise InvalidArgument(_errno.EINVAL, "write_paged(src: Region, dst: RemoteRegion, ...)", "xfer_write_paged") from None
+        if s_h is None or d_h is None:
+            raise _closed(core, "xfer_write_paged", src, dst)
         if imm is not None:
             if not 0 <= imm <= 0xFFFFFFFF:
                 raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write_paged")
@@ -988,7 +1384,7 @@ class Engine:
         buf = sc.buf
         try:
             _pack_pw(
-                buf, _OFF_PW, s_h or 0, d_h or 0, page_len,
+                buf, _OFF_PW, s_h, d_h, page_len,
                 sp, page_len if src_stride is None else src_stride, src_base,
                 dp, page_len if dst_stride is None else dst_stride, dst_base,
                 n, imm or 0, flags,
@@ -1003,7 +1399,7 @@ class Engine:
         rc = _lib.xfer_write_paged(core.h, sc.apw, sc.ac)
         if rc:
             core.pending.pop(ud, None)
-            raise _explain(rc, "xfer_write_paged", src, dst)
+            raise _shutdown("xfer_write_paged") if core.stopped else _explain(rc, "xfer_write_paged", src, dst)
         return op
 
     def write_imm(
@@ -1034,6 +1430,148 @@ class Engine:
         rc = _lib.xfer_write_imm(core.h, peer.index, imm, sc.ac)
         if rc:
             raise core.submit_failed(ud, rc, "xfer_write_imm")
+        return op
+
+    def scatter(
+        self,
+        group: Group,
+        src: Optional[Region],
+        entries: Iterable[Any],
+        *,
+        imm: Optional[int] = None,
+        flags: int = 0,
+        status: bool = True,
+        timeout_ms: int = 0,
+        tag: int = 0,
+        callback: Optional[CompletionCallback] = None,
+    ) -> ScatterCompletion:
+        """One call, a different slice of ``src`` to each entry's member (``xfer_scatter``).
+
+        ``entries`` are :class:`ScatterEntry` values or tuples ``(member, dst,
+        nbytes[, src_offset[, dst_offset]])``: ``member`` indexes
+        ``group.members`` (or is the Peer), ``dst`` is a RemoteRegion of that
+        member. ``nbytes`` 0 delivers only the immediate; ``src`` may be None
+        when every entry is 0 bytes. With ``imm`` each entry delivers it once to
+        its member. The completion carries the first error of the entries;
+        with ``status`` (default) :attr:`ScatterCompletion.statuses` gives each
+        entry's own result. One member's failure does not stop the others.
+        """
+        core = self._core
+        op_name = "xfer_scatter"
+        if _lib.xfer_scatter_submit is None:
+            raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no xfer_scatter", op_name)
+        if not isinstance(group, Group) or group._core is not core:
+            raise InvalidArgument(_errno.EINVAL, "group is not a Group of this engine", op_name)
+        g_h = group._h
+        s_h: Optional[int]
+        if src is None:
+            s_h = 0
+        elif not isinstance(src, Region):
+            raise InvalidArgument(_errno.EINVAL, "src must be a Region or None", op_name)
+        else:
+            s_h = src._h
+        if g_h is None or s_h is None:
+            if core.stopped:
+                raise _shutdown(op_name)
+            raise InvalidArgument(_errno.EINVAL, "the group is closed" if g_h is None else "the source region is closed", op_name)
+        ents = list(entries)
+        n = len(ents)
+        if n == 0 or n > 0xFFFFFFFF:
+            raise InvalidArgument(_errno.EINVAL, "a scatter needs 1 .. 2^32-1 entries", op_name)
+        table = bytearray(n * _SE.size)
+        dsts: List[RemoteRegion] = []
+        try:
+            for i, e in enumerate(ents):
+                try:
+                    member, dst, nbytes, src_off, dst_off = ScatterEntry(*e)
+                except TypeError:
+                    raise InvalidArgument(
+                        _errno.EINVAL, f"entry {i}: give (member, dst, nbytes[, src_offset[, dst_offset]])", op_name
+                    ) from None
+                if isinstance(member, Peer):
+                    member = group.index(member)
+                if not isinstance(dst, RemoteRegion):
+                    raise InvalidArgument(_errno.EINVAL, f"entry {i}: dst must be a RemoteRegion", op_name)
+                if dst._h is None:
+                    if core.stopped:
+                        raise _shutdown(op_name)
+                    raise InvalidArgument(_errno.EINVAL, f"entry {i}: the destination region is closed", op_name)
+                _pack_se(table, i * _SE.size, member, src_off, nbytes, dst._h, dst_off)
+                dsts.append(dst)
+        except (TypeError, struct.error) as ex:
+            raise _bad_values(op_name, ex) from None
+        if imm is not None:
+            if not 0 <= imm <= 0xFFFFFFFF:
+                raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op_name)
+            flags |= _lib.XFER_F_IMM
+        anchor = ctypes.c_char.from_buffer(table)
+        st = (ctypes.c_int32 * n)() if status else None
+        ud = next(core.ids)
+        # The scatter and completion structs are copied by the call.
+        args = bytearray(_SC.size + _C.size)
+        try:
+            _SC.pack_into(args, 0, s_h, addressof(anchor), n, imm or 0, flags, addressof(st) if st is not None else 0)
+            _pack_c(args, _SC.size, ud, 0, 0, timeout_ms, tag)
+        except struct.error as ex:
+            raise _bad_values(op_name, ex) from None
+        a_args = addressof(ctypes.c_char.from_buffer(args))
+        # The worker reads the entries (and the regions they name) and writes
+        # the statuses until the scatter has drained.
+        keep = (src, group, dsts, table, anchor, st)
+        op = ScatterCompletion(core, ud, keep, st)
+        cbs: List[CompletionCallback] = [functools.partial(_linger, group, keep)]
+        if callback is not None:
+            cbs.append(callback)
+        op._cbs = cbs
+        core.pending[ud] = op
+        rc = _lib.xfer_scatter_submit(core.h, g_h, a_args, a_args + _SC.size)
+        if rc:
+            core.pending.pop(ud, None)
+            if core.stopped:
+                raise _shutdown(op_name)
+            if rc == -_errno.EINVAL:
+                raise _explain_scatter(group, src, ents, op_name)
+            raise error_for(rc, op_name)
+        return op
+
+    def barrier(
+        self,
+        group: Group,
+        imm: int,
+        *,
+        timeout_ms: int = 0,
+        tag: int = 0,
+        callback: Optional[CompletionCallback] = None,
+    ) -> Completion:
+        """Delivers ``imm`` once to every member of ``group`` (``xfer_barrier``).
+
+        When every member barriers on the same immediate over groups of the
+        same size, each expects ``len(group)`` arrivals: ``expect_imm(imm,
+        len(group))`` completes once all of them have reached the barrier."""
+        core = self._core
+        op_name = "xfer_barrier"
+        if _lib.xfer_barrier is None:
+            raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no xfer_barrier", op_name)
+        if not isinstance(group, Group) or group._core is not core:
+            raise InvalidArgument(_errno.EINVAL, "group is not a Group of this engine", op_name)
+        g_h = group._h
+        if g_h is None:
+            raise _shutdown(op_name) if core.stopped else InvalidArgument(_errno.EINVAL, "the group is closed", op_name)
+        if not 0 <= imm <= 0xFFFFFFFF:
+            raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op_name)
+        ud = next(core.ids)
+        sc = core.scratch
+        try:
+            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
+        except struct.error as ex:
+            raise _bad_values(op_name, ex) from None
+        op = Completion(core, ud, _lib.XFER_OP_BARRIER, group)
+        if callback is not None:
+            op._cbs = [callback]
+        core.pending[ud] = op
+        rc = _lib.xfer_barrier(core.h, g_h, imm, sc.ac)
+        if rc:
+            raise core.submit_failed(ud, rc, op_name)
         return op
 
     def send(
@@ -1102,6 +1640,8 @@ class Engine:
         and returns how many arrivals were pending (they are forgotten)."""
         if not 0 <= imm <= 0xFFFFFFFF:
             raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_imm_disarm")
+        if self._core.stopped:
+            raise _shutdown("xfer_imm_disarm")
         arrived = c_uint32()
         check(_lib.xfer_imm_disarm(self._core.h, imm, byref(arrived)), "xfer_imm_disarm")
         return arrived.value
@@ -1190,6 +1730,42 @@ class Engine:
         return out
 
 
+def _linger(group: "Group", keep: Any, c: Completion) -> None:
+    """A scatter told early (its deadline) may still be drained by the worker:
+    its arrays stay with the group until the group can be destroyed."""
+    if c._res in (_E_TIMEDOUT, -_lib.XFER_EPEER):
+        group._lingering.append(keep)
+
+
+def _explain_scatter(group: "Group", src: Any, ents: List[Any], op: str) -> Error:
+    """The likely reason for a bare -EINVAL from xfer_scatter."""
+    for i, e in enumerate(ents):
+        en = ScatterEntry(*e)
+        member = en.member if isinstance(en.member, int) else group.index(en.member)
+        if not 0 <= member < len(group.members):
+            return InvalidArgument(_errno.EINVAL, f"entry {i}: member {member} is not in the group of {len(group.members)}", op)
+        if en.nbytes and src is None:
+            return InvalidArgument(_errno.EINVAL, f"entry {i}: {en.nbytes} bytes but no source region", op)
+        if en.nbytes and src is not None and (en.src_offset + en.nbytes > src.nbytes):
+            return InvalidArgument(_errno.EINVAL, f"entry {i}: source range past the end of the region", op)
+        if en.dst_offset + en.nbytes > en.dst.nbytes:
+            return InvalidArgument(_errno.EINVAL, f"entry {i}: destination range past the end of the region", op)
+    if src is not None and getattr(src, "_revoked", False):
+        return InvalidArgument(_errno.EINVAL, "the source region is revoked", op)
+    if src is not None and src._core is not group._core:
+        return InvalidArgument(_errno.EINVAL, "the source region belongs to another engine", op)
+    return InvalidArgument(_errno.EINVAL, "invalid argument: an unknown flag or a bad range", op)
+
+
+def _closed(core: _Core, op: str, src: Any, dst: Any) -> Error:
+    """The error for a closed region: Shutdown if the engine is what closed it."""
+    if core.stopped:
+        return _shutdown(op)
+    if src is not None and getattr(src, "_h", 0) is None:
+        return InvalidArgument(_errno.EINVAL, "the source region is closed", op)
+    return InvalidArgument(_errno.EINVAL, "the destination region is closed", op)
+
+
 def _explain(rc: int, op: str, src: Any, dst: Any) -> Error:
     """A submission error, with the likely reason for a bare -EINVAL."""
     if rc == -_errno.EINVAL:
@@ -1197,6 +1773,8 @@ def _explain(rc: int, op: str, src: Any, dst: Any) -> Error:
             return InvalidArgument(_errno.EINVAL, "the source region is closed", op)
         if getattr(dst, "_h", 0) is None:
             return InvalidArgument(_errno.EINVAL, "the destination region is closed", op)
+        if src is not None and getattr(src, "_revoked", False):
+            return InvalidArgument(_errno.EINVAL, "the source region is revoked", op)
         if src is not None and getattr(src, "_core", None) is not getattr(dst, "_core", None):
             return InvalidArgument(_errno.EINVAL, "source and destination belong to different engines", op)
         return InvalidArgument(

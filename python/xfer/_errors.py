@@ -4,7 +4,9 @@ Every exception is an :class:`xfer.Error`, itself an :class:`OSError`, so
 ``exc.errno`` holds the (positive) code and ``exc.strerror`` the library's
 message from ``xfer_strerror``. Where a builtin exception means the same
 thing the class derives from it too: :class:`TimeoutError` is also the
-builtin ``TimeoutError``, :class:`InvalidArgument` is also a ``ValueError``.
+builtin ``TimeoutError``, :class:`InvalidArgument` is also a ``ValueError``,
+:class:`PeerConnectionError` (a :class:`PeerError`) is also the builtin
+``ConnectionError``.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ __all__ = [
     "Error",
     "TimeoutError",
     "PeerError",
+    "PeerConnectionError",
     "InvalidArgument",
     "WouldBlock",
     "Again",
@@ -35,6 +38,7 @@ __all__ = [
     "FabricError",
     "OutOfMemory",
     "NotSupported",
+    "NoSpace",
     "error_for",
     "check",
 ]
@@ -74,7 +78,26 @@ class TimeoutError(Error, builtins.TimeoutError):
 
 
 class PeerError(Error):
-    """-XFER_EPEER: the peer failed or is unreachable."""
+    """The peer failed or is unreachable.
+
+    Raised as such for -XFER_EPEER: the engine declared the peer dead
+    (``Peer.state == "dead"``); pending operations to it complete so, and new
+    submissions to it fail at once. Its subclass :class:`PeerConnectionError`
+    covers the transport's own errors.
+    """
+
+
+class PeerConnectionError(PeerError, builtins.ConnectionError):
+    """-ENOTCONN, -ECONNRESET, -ECONNREFUSED, -ECONNABORTED, -EPIPE,
+    -EHOSTUNREACH, -ENETUNREACH: the provider lost (or could not make) the
+    connection to the peer while this operation was in flight.
+
+    The engine does not declare the peer dead for this alone: it probes the
+    peer at once, and only a peer that then fails its probes becomes dead
+    (later submissions raise :class:`PeerError`). A peer that rejected one
+    bad write, for instance, answers and stays live. It is a
+    :class:`PeerError` and also the builtin ``ConnectionError``.
+    """
 
 
 class InvalidArgument(Error, ValueError):
@@ -144,9 +167,21 @@ class NotSupported(Error):
     """-EOPNOTSUPP: the loaded libxfer cannot do this (e.g. device memory)."""
 
 
+class NoSpace(Error):
+    """-ENOSPC: a fixed limit is reached (``max_regions`` registered regions,
+    the engine's peer table, or 64 cancellations in flight)."""
+
+
 _BY_CODE: Dict[int, Type[Error]] = {
     _errno.ETIMEDOUT: TimeoutError,
     _lib.XFER_EPEER: PeerError,
+    _errno.ENOTCONN: PeerConnectionError,
+    _errno.ECONNRESET: PeerConnectionError,
+    _errno.ECONNREFUSED: PeerConnectionError,
+    _errno.ECONNABORTED: PeerConnectionError,
+    _errno.EPIPE: PeerConnectionError,
+    _errno.EHOSTUNREACH: PeerConnectionError,
+    _errno.ENETUNREACH: PeerConnectionError,
     _errno.EINVAL: InvalidArgument,
     _errno.EAGAIN: WouldBlock,
     _lib.XFER_EBADWIRE: BadWire,
@@ -165,6 +200,7 @@ _BY_CODE: Dict[int, Type[Error]] = {
     _lib.XFER_EFABRIC: FabricError,
     _errno.ENOMEM: OutOfMemory,
     _errno.EOPNOTSUPP: NotSupported,
+    _errno.ENOSPC: NoSpace,
 }
 
 _NAMES = {

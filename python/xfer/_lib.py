@@ -24,6 +24,7 @@ from ctypes import (
     CFUNCTYPE,
     POINTER,
     Structure,
+    c_char,
     c_char_p,
     c_int,
     c_int32,
@@ -74,6 +75,10 @@ def XFER_F_NIC(n: int) -> int:
 XFER_PEER_LIVE = 1
 XFER_PEER_DEAD = 2
 
+XFER_DEV_NIC = 1
+XFER_DEV_GPU = 2
+XFER_CPU_AUTO = -2  # worker_cpu: pin the worker near its first NIC (NUMA node)
+
 # ----------------------------------------------------------------- structures
 
 xfer_recv_fn = CFUNCTYPE(None, c_void_p, c_uint64, c_void_p, c_size_t)
@@ -114,6 +119,8 @@ class xfer_completion(Structure):
         ("cb_ctx", c_void_p),
         ("timeout_ms", c_uint64),
         ("tag", c_uint64),
+        ("signal", c_void_p),  # volatile uint64_t *: stored just before delivery
+        ("signal_value", c_uint64),
     ]
 
 
@@ -167,6 +174,27 @@ class xfer_scatter_t(Structure):
     ]
 
 
+class xfer_nic_info(Structure):
+    _fields_ = [
+        ("provider", c_char * 32),
+        ("domain", c_char * 64),
+        ("tx_depth", c_uint32),
+        ("rx_depth", c_uint32),
+        ("max_msg", c_uint64),
+        ("delivery_complete", c_int),
+        ("gpu_path", c_char_p),
+    ]
+
+
+class xfer_topo_dev(Structure):
+    _fields_ = [
+        ("kind", c_int),
+        ("name", c_char * 64),
+        ("pci", c_char * 16),
+        ("numa", c_int),
+    ]
+
+
 class xfer_msg_info(Structure):
     _fields_ = [("src_id", c_uint64), ("len", c_size_t)]
 
@@ -208,6 +236,8 @@ STRUCTS = {
     "xfer_paged_write": xfer_paged_write_t,
     "xfer_scatter_entry": xfer_scatter_entry,
     "xfer_scatter": xfer_scatter_t,
+    "xfer_nic_info": xfer_nic_info,
+    "xfer_topo_dev": xfer_topo_dev,
     "xfer_msg_info": xfer_msg_info,
     "xfer_stats": xfer_stats,
     "xfer_trace": xfer_trace,
@@ -338,6 +368,9 @@ xfer_engine_id = _proto(clib, "xfer_engine_id", c_uint64, P)
 xfer_engine_provider = _proto(clib, "xfer_engine_provider", c_char_p, P)
 xfer_engine_nic_count = _proto(clib, "xfer_engine_nic_count", c_uint, P)
 xfer_engine_nic_name = _proto(clib, "xfer_engine_nic_name", c_char_p, P, c_uint)
+xfer_engine_nic_info = _proto(
+    clib, "xfer_engine_nic_info", c_int, P, c_uint, POINTER(xfer_nic_info), required=False
+)
 xfer_engine_addr = _proto(clib, "xfer_engine_addr", c_int, P, P, c_size_t, POINTER(c_size_t))
 xfer_peer_add = _proto(clib, "xfer_peer_add", c_int, P, P, c_size_t, POINTER(c_uint32))
 xfer_peer_remove = _proto(clib, "xfer_peer_remove", c_int, P, c_uint32)
@@ -346,6 +379,8 @@ xfer_peer_state = _proto(clib, "xfer_peer_state", c_int, P, c_uint32, required=F
 xfer_peer_shards = _proto(clib, "xfer_peer_shards", c_uint, P, c_uint32, required=False)
 xfer_mr_reg = _proto(clib, "xfer_mr_reg", c_int, P, P, c_size_t, POINTER(c_void_p))
 xfer_mr_dereg = _proto(clib, "xfer_mr_dereg", c_int, P)
+xfer_mr_is_gpu = _proto(clib, "xfer_mr_is_gpu", c_int, P, required=False)
+xfer_cuda_available = _proto(clib, "xfer_cuda_available", c_int, required=False)
 xfer_mr_revoke = _proto(clib, "xfer_mr_revoke", c_int, P, required=False)
 xfer_mr_desc = _proto(clib, "xfer_mr_desc", c_int, P, P, c_size_t, POINTER(c_size_t))
 xfer_mr_addr = _proto(clib, "xfer_mr_addr", c_void_p, P)
@@ -361,6 +396,8 @@ xfer_recv_wait = _proto(clib, "xfer_recv_wait", c_int, P, P, c_size_t, P, c_uint
 xfer_engine_stats = _proto(clib, "xfer_engine_stats", None, P, POINTER(xfer_stats))
 xfer_engine_trace = _proto(clib, "xfer_engine_trace", None, P, c_int)
 xfer_trace_read = _proto(clib, "xfer_trace_read", c_int, P, P, c_int)
+xfer_topology = _proto(clib, "xfer_topology", c_int, POINTER(xfer_topo_dev), c_int, required=False)
+xfer_topology_nics_for_gpu = _proto(clib, "xfer_topology_nics_for_gpu", c_int, c_int, c_char_p, c_size_t, required=False)
 xfer_group_create = _proto(clib, "xfer_group_create", c_int, P, P, c_uint32, POINTER(c_void_p), required=False)
 xfer_group_destroy = _proto(clib, "xfer_group_destroy", c_int, P, required=False)
 xfer_group_size = _proto(clib, "xfer_group_size", c_uint32, P, required=False)
@@ -374,6 +411,61 @@ xfer_expect_imm = _proto(plib, "xfer_expect_imm", c_int, P, c_uint32, c_uint32, 
 xfer_cancel = _proto(plib, "xfer_cancel", c_int, P, c_uint64, P, required=False)
 xfer_scatter_submit = _proto(plib, "xfer_scatter", c_int, P, P, P, P, required=False)
 xfer_barrier = _proto(plib, "xfer_barrier", c_int, P, P, c_uint32, P, required=False)
+
+
+# ------------------------------------------------ peer-down without the GIL
+#
+# on_peer_down runs on the engine's worker thread. A ctypes callback there
+# would make the worker wait for the GIL, so the callback handed to the C
+# library is libc's sem_post on a semaphore the binding owns (with ctx the
+# semaphore; the extra arguments sit in registers sem_post never reads, which
+# the x86-64 and AArch64 calling conventions make harmless). Python threads
+# notice the post with sem_trywait and read the peers' states.
+
+
+class PeerDownSignal:
+    """A POSIX semaphore the C worker posts (through ``sem_post``) when a peer dies."""
+
+    SEM_BYTES = 64  # sizeof(sem_t) is 32 on 64-bit glibc and musl; room to spare
+
+    def __init__(self) -> None:
+        if _sem_post_addr is None or _sem_init is None:
+            raise OSError("libc has no sem_post/sem_init")
+        self._buf = ctypes.create_string_buffer(self.SEM_BYTES)
+        self.addr = ctypes.addressof(self._buf)
+        if _sem_init(self.addr, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "sem_init failed")
+        self.callback = _sem_post_addr  # the C function pointer for on_peer_down
+        self._live = True
+
+    def take(self) -> bool:
+        """True (and consumes one post) if the worker posted since the last take."""
+        return _sem_trywait(self.addr) == 0
+
+    def close(self) -> None:
+        # Only once the worker has exited (xfer_engine_stop): nobody posts any more.
+        if self._live:
+            self._live = False
+            _sem_destroy(self.addr)
+
+
+def _libc_functions():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc_gil = ctypes.PyDLL(None, use_errno=True)  # sem_trywait never blocks: keep the GIL
+        post = ctypes.cast(libc.sem_post, c_void_p).value
+        init = libc.sem_init
+        init.restype, init.argtypes = c_int, [c_void_p, c_int, c_uint]
+        trywait = libc_gil.sem_trywait
+        trywait.restype, trywait.argtypes = c_int, [c_void_p]
+        destroy = libc.sem_destroy
+        destroy.restype, destroy.argtypes = c_int, [c_void_p]
+        return post, init, trywait, destroy
+    except (AttributeError, OSError):  # pragma: no cover - not glibc/musl
+        return None, None, None, None
+
+
+_sem_post_addr, _sem_init, _sem_trywait, _sem_destroy = _libc_functions()
 
 
 def strerror(code: int) -> str:
