@@ -26,6 +26,17 @@ static int add_on_worker(xfer_engine_t *e, void *arg)
 	if (i == e->max_peers)
 		return -ENOSPC;
 	struct peer *p = &e->peers[i];
+	/* The same engine added again shares the address entries of the first
+	 * handle (removal keeps them while any handle remains): providers may
+	 * keep one connection per remote address, and two entries for it can
+	 * tear each other down (shm does). */
+	for (uint32_t k = 0; k < e->max_peers; k++) {
+		if (atomic_load(&e->peers[k].state) == PEER_LIVE && e->peers[k].engine_id == a->engine_id) {
+			memcpy(p->dest, e->peers[k].dest, sizeof(p->dest));
+			memcpy(p->sink, e->peers[k].sink, sizeof(p->sink));
+			goto filled;
+		}
+	}
 	/* With different NIC counts, local NIC n talks to remote NIC n mod theirs. */
 	for (unsigned n = 0; n < e->nnics; n++) {
 		unsigned rn = n % a->nnics;
@@ -38,6 +49,7 @@ static int add_on_worker(xfer_engine_t *e, void *arg)
 		p->sink[n].base = a->nic[rn].sink_base;
 		p->sink[n].key = a->nic[rn].sink_key;
 	}
+filled:
 	p->engine_id = a->engine_id;
 	p->nnics = a->nnics;
 	p->msg_max = a->msg_max;

@@ -46,8 +46,12 @@ def main(provider: str) -> None:
             except xfer.Error as ex:
                 errors[name] = type(ex).__name__
         step("stale", **errors)
-        eng.write(src, dst1, 4096, imm=7).result(10)  # the first handle is untouched
-        ok = remote.read("first") == np.arange(4096, dtype=np.uint8).tobytes()
+        # The first handle is untouched. The receiver learns of the data from
+        # the immediate (on shm a completed write may not have landed yet).
+        remote.check("expect", key="first", imm=7, count=1, timeout_ms=10000)
+        eng.write(src, dst1, 4096, imm=7).result(10)
+        landed = remote.check("wait", key="first").get("res") == 0
+        ok = landed and remote.read("first") == np.arange(4096, dtype=np.uint8).tobytes()
         step("first_handle", ok=ok, state=first.state)
         src.close()
     finally:
