@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-int xlog_level = XFER_LOG_WARN;
+_Atomic int xlog_level = XFER_LOG_WARN;
 
 void xlog_emit(int level, const char *fmt, ...)
 {

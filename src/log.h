@@ -1,15 +1,18 @@
 #ifndef XFER_LOG_H
 #define XFER_LOG_H
 
+#include <stdatomic.h>
+
 enum { XFER_LOG_ERROR, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };
 
-extern int xlog_level;
+/* Process-wide; engines set it at creation while other engines' workers log. */
+extern _Atomic int xlog_level;
 
 void xlog_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define xlog(level, ...)                                                                    \
 	do {                                                                                \
-		if ((level) <= xlog_level)                                              \
+		if ((level) <= atomic_load_explicit(&xlog_level, memory_order_relaxed)) \
 			xlog_emit((level), __VA_ARGS__);                                \
 	} while (0)
 #define xerr(...) xlog(XFER_LOG_ERROR, __VA_ARGS__)
