@@ -207,9 +207,12 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	int ret = validate_attr(attr);
 	if (ret)
 		return ret;
-	xfer_engine_t *e = calloc(1, sizeof(*e));
+	/* The engine holds cache-line-aligned members (queue positions, flags). */
+	size_t esize = (sizeof(xfer_engine_t) + 63) & ~(size_t)63;
+	xfer_engine_t *e = aligned_alloc(64, esize);
 	if (!e)
 		return -ENOMEM;
+	memset(e, 0, esize);
 	xlog_level = attr->log_level;
 	e->attr = *attr;
 	e->provider_req = strdup(attr->provider ? attr->provider : "auto");

@@ -17,7 +17,7 @@
 #include "engine.h"
 
 struct xfer_watcher {
-	_Alignas(64) volatile uint64_t *word;
+	volatile uint64_t *word; /* its own 64-byte line, from the allocation below */
 	uint64_t dev_ptr;
 	bool cuda;
 	xfer_watch_fn cb;

@@ -77,7 +77,7 @@ static size_t forge_desc(uint8_t *b, uint16_t version, uint64_t id, uint64_t len
 	}
 	b[p++] = 0; /* flags */
 	for (int i = 0; i < 8; i++)
-		b[p++] = (uint8_t)(7 >> (8 * i)); /* region id */
+		b[p++] = (uint8_t)((uint64_t)7 >> (8 * i)); /* region id */
 	uint32_t crc = wire_crc32(b, p);
 	for (int i = 0; i < 4; i++)
 		b[p++] = (uint8_t)(crc >> (8 * i));

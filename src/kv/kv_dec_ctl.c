@@ -74,8 +74,9 @@ static void send_cancel(xfer_kv_decoder_t *d, struct kv_dreq *r, struct kv_write
 {
 	uint8_t addr[XFER_ADDR_MAX];
 	int alen = xfer_engine_addr(d->core.e, addr, sizeof(addr), NULL);
-	struct kv_msg m = {.type = KV_MSG_CANCEL, .dseq = r->dseq, .addr = addr,
+	struct kv_msg m = {.type = KV_MSG_CANCEL, .dseq = r->dseq, .id = r->id, .addr = addr,
 			   .addr_len = (uint16_t)(alen > 0 ? alen : 0)};
+	m.dst.tp_rank = d->cfg.layout.tp_rank;
 	w->cancel_at = now + KV_CANCEL_RETRY_NS;
 	w->cancel_sent = alen > 0 && kv_send(&d->core, rk->peer, &m, NULL) == 0;
 }

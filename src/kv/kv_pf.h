@@ -40,6 +40,7 @@ struct kv_job {
 	uint64_t id, deadline;
 	uint32_t tokens, npages, layers_ready, ctx_len, ctx_slot, dst_tp;
 	uint64_t expected_mask, attached_mask; /* decode ranks, by tp_rank */
+	uint64_t gone_mask; /* decode ranks that cancelled before their request came */
 	uint32_t *src_pages;
 	struct kv_dest *dests;
 	uint32_t app_len;
@@ -59,9 +60,15 @@ struct kv_partial {
 
 /* Recently finished jobs and cancelled-before-seen requests, so that a late
  * message about them is answered rather than starting something new. */
+enum kv_tomb_kind {
+	TOMB_JOB = 1,  /* key: a job id that has ended */
+	TOMB_DSEQ = 2, /* src_id, key: a decoder's request cancelled before it came */
+	TOMB_GONE = 3, /* key: job id, rank: a decode rank that will not ask for it */
+};
+
 struct kv_tomb {
-	uint64_t src_id; /* 0: a job id */
-	uint64_t key;
+	uint32_t kind, rank;
+	uint64_t src_id, key;
 	uint64_t until;
 };
 
@@ -94,8 +101,8 @@ struct kv_job *pf_job_new(xfer_kv_prefiller_t *p, uint64_t id);
 /* Frees the job once every destination is done and nothing is in flight. */
 void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j);
 void pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struct kv_job *j);
-void pf_tomb_add(xfer_kv_prefiller_t *p, uint64_t src_id, uint64_t key);
-bool pf_tomb_has(xfer_kv_prefiller_t *p, uint64_t src_id, uint64_t key);
+void pf_tomb_add(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key, uint32_t rank);
+bool pf_tomb_has(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key);
 
 /* kv_pf_submit.c (mu held) */
 /* Submits whatever of dest is ready, until the queue is full. */

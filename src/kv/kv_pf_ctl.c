@@ -112,7 +112,8 @@ static void say_goodbye(xfer_kv_prefiller_t *p)
 static uint64_t tick_job(xfer_kv_prefiller_t *p, struct kv_job *j, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
-	bool all_asked = j->know_dsts && j->attached_mask == j->expected_mask;
+	bool all_asked = j->know_dsts &&
+			 ((j->attached_mask | j->gone_mask) & j->expected_mask) == j->expected_mask;
 	if (!all_asked && !j->aborted) {
 		if (now >= j->deadline) {
 			j->aborted = true; /* stop waiting for decode ranks that never asked */

@@ -25,6 +25,10 @@ struct kv_job *pf_job_new(xfer_kv_prefiller_t *p, uint64_t id)
 			return NULL;
 		*j = (struct kv_job){.used = true, .id = id, .ctx_slot = slot,
 				     .deadline = kv_now_ns() + p->cfg.job_timeout_ms * 1000000ull};
+		uint64_t now = kv_now_ns();
+		for (uint32_t t = 0; t < KV_TOMBS; t++)
+			if (p->tombs[t].kind == TOMB_GONE && p->tombs[t].key == id && p->tombs[t].until > now)
+				j->gone_mask |= 1ull << p->tombs[t].rank;
 		p->st.jobs++;
 		return j;
 	}
@@ -60,17 +64,18 @@ void pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struc
 	pthread_cond_broadcast(&p->core.app_cv);
 }
 
-void pf_tomb_add(xfer_kv_prefiller_t *p, uint64_t src_id, uint64_t key)
+void pf_tomb_add(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key, uint32_t rank)
 {
-	p->tombs[p->tomb_next++ % KV_TOMBS] =
-		(struct kv_tomb){.src_id = src_id, .key = key, .until = kv_now_ns() + KV_TOMB_NS};
+	p->tombs[p->tomb_next++ % KV_TOMBS] = (struct kv_tomb){
+		.kind = kind, .rank = rank, .src_id = src_id, .key = key, .until = kv_now_ns() + KV_TOMB_NS};
 }
 
-bool pf_tomb_has(xfer_kv_prefiller_t *p, uint64_t src_id, uint64_t key)
+bool pf_tomb_has(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key)
 {
 	uint64_t now = kv_now_ns();
 	for (uint32_t i = 0; i < KV_TOMBS; i++)
-		if (p->tombs[i].until > now && p->tombs[i].src_id == src_id && p->tombs[i].key == key)
+		if (p->tombs[i].kind == kind && p->tombs[i].until > now && p->tombs[i].src_id == src_id &&
+		    p->tombs[i].key == key)
 			return true;
 	return false;
 }
@@ -98,7 +103,8 @@ void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j)
 		if (d->state == DS_QUIESCED && !status)
 			status = d->err ? d->err : -ECANCELED;
 	}
-	bool all_asked = j->know_dsts && j->attached_mask == j->expected_mask;
+	bool all_asked = j->know_dsts &&
+			 ((j->attached_mask | j->gone_mask) & j->expected_mask) == j->expected_mask;
 	/* Every decode rank gave up: the application may stop computing. */
 	if ((all_asked || j->aborted) && j->dests && !any_live && !j->cancel_told) {
 		j->cancel_told = true;
@@ -113,7 +119,7 @@ void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j)
 	if (status)
 		p->st.jobs_failed++;
 	pf_event(p, XFER_KV_PF_DONE, status, j);
-	pf_tomb_add(p, 0, j->id);
+	pf_tomb_add(p, TOMB_JOB, 0, j->id, 0);
 	while (j->dests) {
 		struct kv_dest *d = j->dests;
 		j->dests = d->next;

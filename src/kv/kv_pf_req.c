@@ -93,7 +93,7 @@ static void drop_fresh(xfer_kv_prefiller_t *p, struct kv_job *j)
 static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, const struct kv_msg *m,
 		  uint32_t *pages, struct xfer_kv_plan *pl)
 {
-	if (pf_tomb_has(p, 0, m->id))
+	if (pf_tomb_has(p, TOMB_JOB, 0, m->id))
 		return -ESTALE; /* that job has ended */
 	struct kv_job *j = pf_job_find(p, m->id);
 	bool fresh = !j;
@@ -154,7 +154,8 @@ static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, con
 static void on_req(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m, uint32_t *pages)
 {
 	xfer_peer_t peer;
-	if (pf_tomb_has(p, src_id, m->dseq) || kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer)) {
+	if (pf_tomb_has(p, TOMB_DSEQ, src_id, m->dseq) ||
+	    kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer)) {
 		/* Cancelled before it arrived, or from a sender we cannot answer. */
 		free(pages);
 		return;
@@ -282,7 +283,15 @@ void pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *
 	struct kv_partial *pa = partial_for(p, src_id, m->dseq);
 	if (pa && pa->used)
 		partial_free(pa);
-	pf_tomb_add(p, src_id, m->dseq);
+	pf_tomb_add(p, TOMB_DSEQ, src_id, m->dseq, 0);
+	/* The job need not wait for that decode rank's request. */
+	struct kv_job *j = pf_job_find(p, m->id);
+	if (j) {
+		j->gone_mask |= 1ull << m->dst.tp_rank;
+		pf_job_check(p, j);
+	} else {
+		pf_tomb_add(p, TOMB_GONE, 0, m->id, m->dst.tp_rank);
+	}
 	xfer_peer_t peer;
 	if (kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer) == 0) {
 		struct kv_msg ack = {.type = KV_MSG_ACK, .dseq = m->dseq};

@@ -139,7 +139,7 @@ int xfer_kv_pf_bind(xfer_kv_prefiller_t *p, uint64_t id, const uint32_t *pages, 
 	pthread_mutex_lock(&p->core.mu);
 	struct kv_job *j = pf_job_find(p, id);
 	int ret = 0;
-	if (!j && pf_tomb_has(p, 0, id))
+	if (!j && pf_tomb_has(p, TOMB_JOB, 0, id))
 		ret = -ESTALE;
 	else if (!j && !(j = pf_job_new(p, id)))
 		ret = -EBUSY;

@@ -136,6 +136,10 @@ int kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size
 			put_u(&c, pages[i], 4);
 		break;
 	case KV_MSG_CANCEL:
+		put_u(&c, m->id, 8);
+		put_u(&c, m->dst.tp_rank, 4);
+		put_blob(&c, m->addr, m->addr_len);
+		break;
 	case KV_MSG_HELLO:
 		put_blob(&c, m->addr, m->addr_len);
 		break;
@@ -216,6 +220,12 @@ int kv_msg_decode(const void *buf, size_t len, struct kv_msg *m)
 	case KV_MSG_REQ:
 		return decode_req(&c, m);
 	case KV_MSG_CANCEL:
+		m->id = get_u(&c, 8);
+		m->dst.tp_rank = (uint32_t)get_u(&c, 4);
+		m->addr = get_blob(&c, &m->addr_len, XFER_ADDR_MAX);
+		if (m->dst.tp_rank >= XFER_KV_TP_MAX || !m->addr_len)
+			ret = -XFER_EBADWIRE;
+		break;
 	case KV_MSG_HELLO:
 		m->addr = get_blob(&c, &m->addr_len, XFER_ADDR_MAX);
 		if (!m->addr_len)

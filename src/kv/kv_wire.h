@@ -26,7 +26,7 @@ enum kv_msg_type {
 struct kv_msg {
 	uint32_t type;
 	uint64_t dseq; /* the decoder's handle of the request */
-	/* REQ */
+	/* REQ (and CANCEL: id, dst.tp_rank) */
 	uint64_t id;
 	uint32_t imm, expected, tokens, npages, first, count, ctx_cap;
 	uint64_t ctx_off; /* of the request's context slot in the context region */
