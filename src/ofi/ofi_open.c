@@ -2,11 +2,13 @@
  * remote CQ data, whatever mr_mode the provider insists on. Nothing here is
  * specific to one provider: behaviour follows the bits the provider returns. */
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
@@ -165,7 +167,56 @@ static int open_cq(struct ofi_nic *o, size_t size)
 	return fi_cq_open(o->domain, &attr, &o->cq, NULL);
 }
 
+/* shm names its queue files /dev/shm/<pid>:<n>:<m>. A process that died
+ * without closing its endpoint leaves them behind, and a later process that
+ * gets the same pid cannot create its own (-EBUSY). Files named for our pid
+ * that this process has not mapped are such leftovers. */
+static int remove_stale_shm_files(void)
+{
+	char prefix[32], maps[1 << 16];
+	int plen = snprintf(prefix, sizeof(prefix), "%d:", (int)getpid()), removed = 0;
+	size_t mlen = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (f) {
+		mlen = fread(maps, 1, sizeof(maps) - 1, f);
+		fclose(f);
+	}
+	maps[mlen] = 0;
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char path[300];
+		if (strncmp(de->d_name, prefix, (size_t)plen) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (strstr(maps, path))
+			continue; /* ours, in use */
+		if (unlink(path) == 0)
+			removed++;
+	}
+	closedir(d);
+	if (removed)
+		xwarn("removed %d stale shm file(s) left by an earlier process with our pid", removed);
+	return removed;
+}
+
+static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain);
+
 static int ofi_open(struct xfer_nic *nic, const char *provider, const char *domain)
+{
+	int ret = ofi_open_once(nic, provider, domain);
+	if (ret == -EBUSY) {
+		/* shm itself unlinks the stale file it tripped over, but fails this
+		 * attempt: clear any others and try once more. */
+		remove_stale_shm_files();
+		ret = ofi_open_once(nic, provider, domain);
+	}
+	return ret;
+}
+
+static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain)
 {
 	struct fi_info *list = NULL, *fi = pick(provider, domain, &list);
 	if (!fi)
