@@ -243,12 +243,14 @@ struct xfer_kv_pf_event {
 int xfer_kv_pf_poll(xfer_kv_prefiller_t *p, struct xfer_kv_pf_event *ev, int max,
 		    uint64_t timeout_ms);
 
-/* The prefill's own pages for request id (copied; the pages themselves must
- * stay untouched until DONE). May come before or after NEW. */
+/* The prefill's own pages for request id (the list is copied; the pages
+ * themselves must stay untouched until DONE). May come before or after NEW;
+ * -ESTALE when the request has already ended (every decode rank gave up). */
 int xfer_kv_pf_bind(xfer_kv_prefiller_t *p, uint64_t id, const uint32_t *pages, uint32_t n);
-/* Layers [0, layers) of id are computed: their writes go out now. Never
- * blocks (a full submission queue is retried by the control thread), so a
- * per-layer watcher callback can drive it. */
+/* Layers [0, layers) of id are computed: their writes go out now. It never
+ * waits for the network (a full submission queue is retried by the control
+ * thread), only, briefly, for the prefiller's lock, so a per-layer watcher
+ * callback (a GPU progress flag) can drive it from any thread. */
 int xfer_kv_pf_layers_done(xfer_kv_prefiller_t *p, uint64_t id, uint32_t layers);
 /* Every layer is done; ctx (len bytes, copied) is written as the final write. */
 int xfer_kv_pf_finish(xfer_kv_prefiller_t *p, uint64_t id, const void *ctx, uint32_t len);
@@ -259,6 +261,7 @@ int xfer_kv_pf_leave(xfer_kv_prefiller_t *p);
 struct xfer_kv_pf_stats {
 	uint64_t jobs, jobs_failed, requests, cancels;
 	uint64_t writes, bytes; /* paged and context writes submitted */
+	uint64_t writes_cut;    /* writes a cancellation cut short before all of it was posted */
 	uint64_t msgs_dropped;
 };
 void xfer_kv_pf_stats(xfer_kv_prefiller_t *p, struct xfer_kv_pf_stats *out);

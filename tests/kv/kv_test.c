@@ -158,7 +158,7 @@ xfer_kv_decoder_t *kvt_decoder(const struct xfer_kv_layout *l, void **kv, uint32
 	c.kv = *kv = kvt_pool(l, KVT_POISON);
 	c.ctx_bytes = KVT_CTX;
 	c.max_requests = max_requests;
-	c.cancel_ms = 500;
+	c.cancel_ms = 1000;
 	xfer_kv_decoder_t *d = NULL;
 	int rc = xfer_kv_decoder_create(&c, &a, &d);
 	if (rc == -XFER_ENOPROV || rc == -ENODEV) {

@@ -136,8 +136,10 @@ static int decoder(int idx, int fd, void *arg)
 			release_held(d, &l, kv, &held[i]);
 	struct xfer_kv_dec_stats st;
 	xfer_kv_dec_stats(d, &st);
-	fprintf(stderr, "%d completed, %d cancelled (%d at once), %llu cancels confirmed\n", completed,
-		cancelled, early, (unsigned long long)st.cancel_acks);
+	fprintf(stderr, "%d completed, %d cancelled (%d at once), %llu cancels confirmed, "
+		"%llu failed, %llu revocations, %llu messages dropped\n", completed, cancelled, early,
+		(unsigned long long)st.cancel_acks, (unsigned long long)st.failed,
+		(unsigned long long)st.revocations, (unsigned long long)st.msgs_dropped);
 	/* A live prefiller confirms every cancel: nothing needed revoking. */
 	CHECK(st.revocations == 0 && st.failed == 0 && st.msgs_dropped == 0);
 	/* Cancels the prefiller confirmed (it had layers left to write); the

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# make bench: xfer-bench's standard matrix on the default provider (tcp on
+# loopback) against every baseline, in about two minutes on a 2-core machine.
+#
+#   scripts/bench.sh [BUILD_DIR] [more xfer-bench options, e.g. --provider shm]
+#
+# XFER_BENCH_SECONDS sets the time per row (default 0.9, split into 3
+# alternating raw/xfer rounds). Installs ucx-utils for the UCX baseline when
+# it is missing and we are root on Debian; the run goes on without it.
+set -euo pipefail
+build=${1:-build}
+[ $# -gt 0 ] && shift
+bench="$build/bin/xfer-bench"
+if [ ! -x "$bench" ]; then
+	echo "bench.sh: $bench is not built (run make)" >&2
+	exit 1
+fi
+if ! command -v ucx_perftest >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "bench.sh: installing ucx-utils for the UCX baseline" >&2
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get install -y -qq ucx-utils >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq ucx-utils >/dev/null 2>&1; } ||
+			echo "bench.sh: could not install ucx-utils; the UCX rows will say so" >&2
+	else
+		echo "bench.sh: ucx_perftest not found (apt-get install ucx-utils); the UCX rows will say so" >&2
+	fi
+fi
+# Figures from a busy machine are not figures: say how busy it was.
+read -r l1 _ < /proc/loadavg
+echo "bench.sh: $(nproc) CPUs, load average $l1 before the run"
+if awk -v l="$l1" 'BEGIN { exit !(l > 0.5) }'; then
+	echo "bench.sh: warning: the machine is not idle; expect noisy figures" >&2
+fi
+exec "$bench" --baseline all --seconds "${XFER_BENCH_SECONDS:-0.9}" "$@"
