@@ -308,14 +308,25 @@ def test_torch_cpu_tensor_write() -> None:
             a.register(torch.zeros(4, 4).t())  # not contiguous
 
 
-def test_torch_cuda_tensor_is_refused_clearly() -> None:
+def test_torch_cuda_tensor_round_trip() -> None:
+    """A CUDA tensor registers as GPU memory and a write into it (through the
+    engine's host mirror, one process) lands on the GPU."""
     torch = _torch()
     if torch is None:
         pytest.skip("torch is not installed: the CUDA registration test needs torch with CUDA")
     if not torch.cuda.is_available():
         pytest.skip("CUDA is not available here (torch.cuda.is_available() is False)")
-    t = torch.zeros(1024, device="cuda")
-    with make_engine("tcp") as e:
-        with pytest.raises(xfer.NotSupported, match="cuda:0"):
-            e.register(t)
-        assert e.region_count == 0
+    src_t = torch.arange(4096, dtype=torch.uint8, device="cuda")
+    dst_t = torch.zeros(4096, dtype=torch.uint8, device="cuda")
+    with make_engine("tcp") as a, make_engine("tcp") as b:
+        src = a.register(src_t)
+        dst = b.register(dst_t)
+        assert src.gpu == 0 and dst.gpu == 0
+        peer = a.add_peer(b.address)
+        b.add_peer(a.address)
+        rdst = a.import_region(peer, dst.descriptor)
+        exp = b.expect_imm(5, 1)
+        a.write(src, rdst, 4096, imm=5).result(30)
+        exp.result(30)
+        torch.cuda.synchronize()
+        assert torch.equal(dst_t, src_t)
