@@ -176,7 +176,7 @@ struct xfer_kv_request {
  * the group is dead or left. */
 int xfer_kv_dec_admit(xfer_kv_decoder_t *d, const struct xfer_kv_request *r);
 /* Aborts a request: its event follows once its pages are safe to reuse.
- * -EALREADY once its event has been delivered, -ENOENT for no such id. */
+ * -EALREADY once its event is queued, -ENOENT for no such id. */
 int xfer_kv_dec_cancel(xfer_kv_decoder_t *d, uint64_t id);
 
 /* Exactly one per admitted request. On success the pages hold the KV cache
@@ -192,7 +192,8 @@ struct xfer_kv_dec_event {
 /* Takes up to max events, waiting up to timeout_ms for the first; 0 when none. */
 int xfer_kv_dec_poll(xfer_kv_decoder_t *d, struct xfer_kv_dec_event *ev, int max,
 		     uint64_t timeout_ms);
-/* Returns the request's pages and context slot to the pool (after its event). */
+/* Returns the request's pages and context slot to the pool once its event
+ * has been taken by xfer_kv_dec_poll (-EBUSY before). */
 int xfer_kv_dec_release(xfer_kv_decoder_t *d, uint64_t id);
 /* Pages of an admitted request, for the application's block table. */
 int xfer_kv_dec_pages(xfer_kv_decoder_t *d, uint64_t id, const uint32_t **pages, uint32_t *n);

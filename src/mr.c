@@ -1,6 +1,7 @@
 /* Memory regions: local registration on every NIC, the remote descriptor, and
  * import of a peer's descriptor. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,7 +191,10 @@ int xfer_mr_dereg(xfer_mr_t *mr)
 	xfer_engine_t *e = mr->e;
 	int ret = engine_call(e, dereg_on_worker, mr);
 	if (ret == -ESHUTDOWN) {
-		/* Stopped: the registration is gone already; only the struct remains. */
+		/* Stopping: once stop has released every registration (it may be
+		 * doing so on another thread right now), only the struct remains. */
+		while (!atomic_load(&e->stopped))
+			sched_yield();
 		pthread_mutex_lock(&e->ctl_lock);
 		list_del(mr);
 		pthread_mutex_unlock(&e->ctl_lock);
