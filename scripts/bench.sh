@@ -26,10 +26,7 @@ if ! command -v ucx_perftest >/dev/null 2>&1; then
 		echo "bench.sh: ucx_perftest not found (apt-get install ucx-utils); the UCX rows will say so" >&2
 	fi
 fi
-# Figures from a busy machine are not figures: say how busy it was.
+# xfer-bench's last line says how much CPU other processes took meanwhile.
 read -r l1 _ < /proc/loadavg
 echo "bench.sh: $(nproc) CPUs, load average $l1 before the run"
-if awk -v l="$l1" 'BEGIN { exit !(l > 0.5) }'; then
-	echo "bench.sh: warning: the machine is not idle; expect noisy figures" >&2
-fi
 exec "$bench" --baseline all --seconds "${XFER_BENCH_SECONDS:-0.9}" "$@"
