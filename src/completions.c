@@ -1,6 +1,7 @@
 /* The application side of completions and received messages: non-blocking
  * polls, and waits that spin briefly and then sleep on a futex. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "engine.h"
@@ -37,8 +38,10 @@ static int wait_for(atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
 		uint64_t now = now_ns();
 		if (now >= end)
 			return -ETIMEDOUT;
-		if (now - start < WAIT_SPIN_NS)
+		if (now - start < WAIT_SPIN_NS) {
+			sched_yield(); /* let the worker run on small machines */
 			continue;
+		}
 		unsigned s = atomic_load(seq);
 		atomic_fetch_add(waiters, 1);
 		if ((n = try(arg)) != 0) {

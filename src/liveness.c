@@ -57,8 +57,9 @@ void peer_down(struct worker *w, uint32_t idx, int reason)
 	int expected = PEER_LIVE;
 	if (!atomic_compare_exchange_strong(&p->state, &expected, PEER_DEAD))
 		return;
-	xwarn("peer %u (engine %016llx) is down: %s", idx, (unsigned long long)p->engine_id,
-	      xfer_strerror(reason));
+	/* A peer that said goodbye is no news; one that vanished is. */
+	xlog(reason == -ESHUTDOWN ? XFER_LOG_INFO : XFER_LOG_WARN, "peer %u (engine %016llx) is down: %s", idx,
+	     (unsigned long long)p->engine_id, xfer_strerror(reason));
 	for (struct op *op = w->live.next_live; op != &w->live; op = op->next_live) {
 		if (op->s.peer != idx)
 			continue;

@@ -98,6 +98,7 @@ struct worker {
 	bool all_nics_have_fd;
 	bool cq_pushed, inbox_pushed;
 	int cuda_dev; /* device whose context is current on the worker, -1 none */
+	uint64_t doze_ns; /* next sleep without a NIC wait object */
 	/* Same-host GPU copies in flight, oldest first, each with its event. */
 	struct gpu_wait {
 		struct op *op;

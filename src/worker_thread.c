@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -85,15 +86,19 @@ static void sleep_idle(struct worker *w, uint64_t now)
 	for (unsigned n = 0; n < e->nnics; n++)
 		if (e->ops.trywait(&e->nics[n]) != 0)
 			goto awake;
-	uint64_t limit_ms = w->all_nics_have_fd ? 100 : 1;
-	if (w->next_scan_ns > now) {
-		uint64_t until = (w->next_scan_ns - now + 999999) / 1000000;
-		if (until < limit_ms)
-			limit_ms = until;
-	}
+	/* Without a wait object nothing wakes us when a peer's data arrives, and
+	 * with manual progress nothing lands while we sleep: doze briefly first
+	 * (20 us), doubling while idle up to 1 ms. */
+	uint64_t limit_ns = w->all_nics_have_fd ? 100000000ull : w->doze_ns;
+	if (!w->all_nics_have_fd)
+		w->doze_ns = w->doze_ns * 2 > 1000000 ? 1000000 : w->doze_ns * 2;
+	if (w->next_scan_ns > now && w->next_scan_ns - now < limit_ns)
+		limit_ns = w->next_scan_ns - now;
 	struct epoll_event evs[XFER_NIC_MAX + 1];
+	struct timespec ts = {.tv_sec = (time_t)(limit_ns / 1000000000ull),
+			      .tv_nsec = (long)(limit_ns % 1000000000ull)};
 	atomic_fetch_add_explicit(&e->st.worker_sleeps, 1, memory_order_relaxed);
-	epoll_wait(w->epfd, evs, XFER_NIC_MAX + 1, (int)limit_ms);
+	epoll_pwait2(w->epfd, evs, XFER_NIC_MAX + 1, &ts, NULL);
 	uint64_t drain;
 	while (read(e->wake_fd, &drain, sizeof(drain)) > 0)
 		;
@@ -118,6 +123,7 @@ static void *worker_main_impl(struct worker_start *st)
 		w->e = e;
 		w->epfd = -1;
 		w->cuda_dev = -1;
+		w->doze_ns = 20000;
 		e->w = w;
 		ret = engine_bringup(e, w);
 		if (!ret)
@@ -134,10 +140,13 @@ static void *worker_main_impl(struct worker_start *st)
 		uint64_t now = now_ns();
 		if (worker_loop_once(w, now)) {
 			idle_since = now;
+			w->doze_ns = 20000;
 			continue;
 		}
 		if (now - idle_since < spin_ns) {
-			cpu_relax();
+			/* On few cores the thread with new work may be waiting for ours:
+			 * give the CPU away while spinning (idle path only). */
+			sched_yield();
 			continue;
 		}
 		sleep_idle(w, now);
