@@ -1,23 +1,14 @@
 /* Encoding and bounded parsing of module messages (kv_wire.h). */
 #include "kv_wire.h"
 
+#include "../wire.h" /* wire_crc32: the same CRC as addresses and descriptors */
+
 #include <errno.h>
 #include <string.h>
 
 #define HDR_BYTES 8 /* magic, version, type, pad */
 #define CRC_BYTES 4
 #define LAYOUT_WORDS 10
-
-static uint32_t crc32(const uint8_t *p, size_t len)
-{
-	uint32_t crc = 0xffffffffu;
-	for (size_t i = 0; i < len; i++) {
-		crc ^= p[i];
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
-	}
-	return ~crc;
-}
 
 /* A cursor that stops at its end: overruns set `bad` and do nothing else. */
 struct cur {
@@ -155,7 +146,7 @@ int kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size
 	}
 	if (c.bad)
 		return -ENOSPC;
-	put_u(&c, crc32(buf, c.pos), 4);
+	put_u(&c, wire_crc32(buf, c.pos), 4);
 	return c.bad ? -ENOSPC : (int)c.pos;
 }
 
@@ -207,7 +198,7 @@ int kv_msg_decode(const void *buf, size_t len, struct kv_msg *m)
 	const uint8_t *p = buf;
 	uint32_t crc = (uint32_t)p[len - 4] | (uint32_t)p[len - 3] << 8 | (uint32_t)p[len - 2] << 16 |
 		       (uint32_t)p[len - 1] << 24;
-	if (crc != crc32(p, len - CRC_BYTES))
+	if (crc != wire_crc32(p, len - CRC_BYTES))
 		return -XFER_EBADWIRE;
 	struct cur c = {.r = p, .cap = len - CRC_BYTES, .pos = 4};
 	if (get_u(&c, 2) != KV_WIRE_VERSION)
