@@ -399,9 +399,10 @@ struct xfer_trace {
 	uint64_t t_call;   /* the submit function was entered */
 	uint64_t t_enq;    /* validated and handed to the worker */
 	uint64_t t_deq;    /* the worker took it */
-	uint64_t t_first;  /* first request posted to a NIC */
-	uint64_t t_last;   /* last request posted */
+	uint64_t t_first;  /* first request handed to the provider (before its post call) */
+	uint64_t t_last;   /* last request posted (after its post call returned) */
 	uint64_t t_done;   /* completion delivered */
+	uint64_t t_first_ret; /* the provider's post call for the first request returned */
 };
 void xfer_engine_trace(xfer_engine_t *e, int enable);
 int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max);

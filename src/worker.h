@@ -46,7 +46,7 @@ struct op {
 	bool queued;    /* in the posting FIFO */
 	bool live;
 	uint64_t cancels; /* bit i: cancel record i waits for this op */
-	uint64_t t_deq, t_first, t_last; /* tracing */
+	uint64_t t_deq, t_first, t_first_ret, t_last; /* tracing */
 };
 
 struct cancel_rec {

@@ -84,8 +84,10 @@ void samples_quantiles(struct samples *s, const double *q, double *out_us, int n
 void samples_free(struct samples *s);
 
 /* From the engine's trace. OV_ENQ_DEQ is part of OV_ENQ_FIRST: how long the
- * worker took to pick the call up, the rest being the wait for credits. */
-enum ov_metric { OV_CALL_ENQ, OV_ENQ_FIRST, OV_POST_ALL, OV_CALL_FIRST, OV_ENQ_DEQ, OV_COUNT };
+ * worker took to pick the call up, the rest being the wait for credits.
+ * "First post" is when the engine hands the first request to the provider;
+ * OV_PROV_POST is how long that provider call itself took. */
+enum ov_metric { OV_CALL_ENQ, OV_ENQ_FIRST, OV_POST_ALL, OV_CALL_FIRST, OV_ENQ_DEQ, OV_PROV_POST, OV_COUNT };
 extern const char *const ov_name[OV_COUNT];
 
 struct meas {

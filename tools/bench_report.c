@@ -122,7 +122,7 @@ static void print_json(const struct report *r, const struct row *w, FILE *f)
 	fprintf(f, ",\"verified\":%s", w->verified < 0 ? "null" : w->verified ? "true" : "false");
 	if (w->has_ov) {
 		static const char *keys[OV_COUNT] = {"call_enq", "enq_first", "post_all", "call_first",
-						     "enq_deq"};
+						     "enq_deq", "prov_post"};
 		fprintf(f, ",\"overhead_us\":{");
 		for (int k = 0; k < OV_COUNT; k++) {
 			fprintf(f, "%s\"%s\":[", k ? "," : "", keys[k]);

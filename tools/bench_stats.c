@@ -14,7 +14,8 @@
 const char *const bench_op_name[OP_COUNT] = {"single", "paged", "imm", "send"};
 const char *const bench_impl_name[IMPL_COUNT] = {"xfer", "raw", "ucx", "memcpy"};
 const char *const ov_name[OV_COUNT] = {"call->enqueued", "enqueued->first post",
-				       "post all WRs", "call->first post", "enqueued->taken"};
+				       "post all WRs", "call->first post", "enqueued->taken",
+				       "provider's first post call"};
 
 uint64_t bench_now_ns(void)
 {

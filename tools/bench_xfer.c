@@ -114,13 +114,14 @@ static void drain_traces(struct xrun *r)
 	int n;
 	while ((n = xfer_trace_read(r->x->e, t, 256)) > 0) {
 		for (int i = 0; i < n && r->timed; i++) {
-			if (!t[i].t_call || !t[i].t_first)
+			if (!t[i].t_call || !t[i].t_first_ret)
 				continue; /* failed before its first post */
 			samples_add(&r->m->ov[OV_CALL_ENQ], t[i].t_enq - t[i].t_call);
 			samples_add(&r->m->ov[OV_ENQ_FIRST], t[i].t_first - t[i].t_enq);
 			samples_add(&r->m->ov[OV_POST_ALL], t[i].t_last - t[i].t_first);
 			samples_add(&r->m->ov[OV_CALL_FIRST], t[i].t_first - t[i].t_call);
 			samples_add(&r->m->ov[OV_ENQ_DEQ], t[i].t_deq - t[i].t_enq);
+			samples_add(&r->m->ov[OV_PROV_POST], t[i].t_first_ret - t[i].t_first);
 		}
 	}
 }

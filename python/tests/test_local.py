@@ -596,7 +596,7 @@ def test_trace_records_each_operation(two: Two) -> None:
     for op in ops:
         t = recs[op.user_data]
         assert t.kind == op.kind and t.wrs == (3 if op.kind == xfer.OP_PAGED else 1)
-        assert t0 <= t.t_call <= t.t_enq <= t.t_deq <= t.t_first <= t.t_last <= t.t_done <= t1
+        assert t0 <= t.t_call <= t.t_enq <= t.t_deq <= t.t_first <= t.t_first_ret <= t.t_last <= t.t_done <= t1
     a.write(two.src, two.dst, 8).result(10)
     assert a.read_traces() == []  # off: nothing recorded
 

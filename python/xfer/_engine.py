@@ -116,6 +116,7 @@ class Trace(NamedTuple):
     t_first: int
     t_last: int
     t_done: int
+    t_first_ret: int  #: the provider's post call for the first request returned
 
 
 # ---------------------------------------------------------------- completion
@@ -1726,7 +1727,7 @@ class Engine:
                 break
             for i in range(n):
                 t = buf[i]
-                out.append(Trace(t.user_data, t.kind, t.wrs, t.t_call, t.t_enq, t.t_deq, t.t_first, t.t_last, t.t_done))
+                out.append(Trace(t.user_data, t.kind, t.wrs, t.t_call, t.t_enq, t.t_deq, t.t_first, t.t_last, t.t_done, t.t_first_ret))
         return out
 
 

@@ -224,6 +224,7 @@ class xfer_trace(Structure):
         ("t_first", c_uint64),
         ("t_last", c_uint64),
         ("t_done", c_uint64),
+        ("t_first_ret", c_uint64),
     ]
 
 
