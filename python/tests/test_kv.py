@@ -116,6 +116,7 @@ def test_pool_is_checked_and_kept() -> None:
     pool = np.zeros(lay.nbytes, np.uint8)
     with kv.Decoder(lay, pool, **kw) as dec:
         assert dec.pool_device == xfer.Device("cpu")
+        assert "tcp" in dec.provider
         assert dec._pool[0] is pool  # the pool lives as long as the decoder
     torch = _torch()
     if torch is not None:

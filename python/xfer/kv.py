@@ -257,6 +257,11 @@ class Decoder:
     def address(self) -> bytes:
         return _address(_f.dec_engine(self._h))
 
+    @property
+    def provider(self) -> str:
+        """The libfabric provider the engine runs on, e.g. "tcp;ofi_rxm"."""
+        return (_lib.xfer_engine_provider(_f.dec_engine(self._h)) or b"").decode()
+
     def join(self, ranks: Sequence[Tuple[bytes, Layout]]) -> int:
         """A prefill instance joins: (address, layout) per TP rank, in rank order."""
         arr = (_Rank * len(ranks))()
@@ -345,6 +350,11 @@ class Prefiller:
     @property
     def address(self) -> bytes:
         return _address(_f.pf_engine(self._h))
+
+    @property
+    def provider(self) -> str:
+        """The libfabric provider the engine runs on, e.g. "tcp;ofi_rxm"."""
+        return (_lib.xfer_engine_provider(_f.pf_engine(self._h)) or b"").decode()
 
     def poll(self, max_events: int = 16, timeout_ms: int = 0) -> List[PrefillEvent]:
         evs = (_PfEvent * max_events)()
