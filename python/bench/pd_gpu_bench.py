@@ -450,7 +450,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if torch.cuda.device_count() < 2:
             return skip(f"needs 2 GPUs (prefill on cuda:0, decode on cuda:1); "
                         f"torch sees {torch.cuda.device_count()}")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)  # pd_gpu_model
+    sys.path.append(os.path.dirname(here))  # this checkout's xfer, unless PYTHONPATH names another
     import xfer
 
     if a.device == "cuda" and not xfer.cuda_available():
