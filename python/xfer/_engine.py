@@ -576,6 +576,32 @@ def cuda_available() -> bool:
     return _lib.xfer_cuda_available() == 1
 
 
+def check_device(mem: Memory, op: str) -> None:
+    """Refuses memory libxfer cannot register here.
+
+    The one place a device kind reaches the C library: xfer_mr_reg takes
+    CUDA memory itself (detected through the driver), but only where a
+    driver is usable; anything else is refused here, before the library
+    could take a device pointer for host memory.
+    """
+    if mem.device.is_host:
+        return
+    if mem.device.type != "cuda" or _lib.xfer_cuda_available is None:
+        raise NotSupported(
+            _errno.EOPNOTSUPP,
+            f"cannot register {mem.device} memory: this libxfer registers host memory only "
+            + ("" if mem.device.type != "cuda" else "(it has no CUDA support); ")
+            + "copy to a host buffer, e.g. tensor.cpu() or pinned memory",
+            op,
+        )
+    if not cuda_available():
+        raise NoGPU(
+            _lib.XFER_ENOGPU,
+            f"cannot register {mem.device} memory: no usable CUDA driver or GPU here (xfer_cuda_available)",
+            op,
+        )
+
+
 def _destroy(h: int, pid: int, keep: Any = None) -> None:
     if os.getpid() == pid:
         _lib.xfer_engine_destroy(h)
@@ -1232,25 +1258,7 @@ class Engine:
 
     def _register_memory(self, mem: Memory, obj: Any) -> Region:
         core = self._core
-        if not mem.device.is_host:
-            # The one place a device kind reaches the C library: xfer_mr_reg
-            # takes CUDA memory itself (detected through the driver), but only
-            # where a driver is usable; anything else is refused here, before
-            # the library could take a device pointer for host memory.
-            if mem.device.type != "cuda" or _lib.xfer_cuda_available is None:
-                raise NotSupported(
-                    _errno.EOPNOTSUPP,
-                    f"cannot register {mem.device} memory: this libxfer registers host memory only "
-                    + ("" if mem.device.type != "cuda" else "(it has no CUDA support); ")
-                    + "copy to a host buffer, e.g. tensor.cpu() or pinned memory",
-                    "register",
-                )
-            if not cuda_available():
-                raise NoGPU(
-                    _lib.XFER_ENOGPU,
-                    f"cannot register {mem.device} memory: no usable CUDA driver or GPU here (xfer_cuda_available)",
-                    "register",
-                )
+        check_device(mem, "register")
         if core.stopped:
             raise _shutdown("xfer_mr_reg")
         out = c_void_p()

@@ -17,8 +17,15 @@ this file only mirrors its structures and calls::
 
 The prefill side is :class:`Prefiller`: ``poll`` for ``NEW`` requests, then
 ``bind`` its pages, ``layers_done`` after each layer, ``finish`` with the
-extra context. Buffers passed as KV pools (anything with the buffer
-protocol, e.g. numpy arrays) must stay alive as long as the object using them.
+extra context.
+
+A KV pool is anything :meth:`xfer.Engine.register` takes: a numpy array or
+other writable buffer, a torch tensor on the CPU or on a GPU (contiguous),
+a CUDA-array-interface or DLPack object, or a raw ``(ptr, nbytes)`` tuple.
+The Decoder or Prefiller keeps a reference to it (a raw pointer's memory is
+the caller's to keep alive). With a GPU pool, tell the prefiller a layer is
+done only once the GPU has finished writing it (an event or stream sync):
+xfer moves the memory as it is when ``layers_done`` is called.
 """
 from __future__ import annotations
 
@@ -27,7 +34,9 @@ from ctypes import POINTER, Structure, c_char_p, c_int, c_int32, c_size_t, c_uin
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
-from ._errors import check
+from ._buffers import Device, Memory, resolve
+from ._engine import check_device
+from ._errors import InvalidArgument, check
 
 GQA = 1
 MLA = 2
@@ -187,12 +196,14 @@ class _Functions:
 _f = _Functions()
 
 
-def _buffer_address(buf, need: int) -> int:
-    """Address of a writable buffer of at least `need` bytes (kept alive by the caller)."""
-    mv = memoryview(buf).cast("B")
-    if mv.readonly or mv.nbytes < need:
-        raise ValueError(f"the KV pool must be a writable buffer of at least {need} bytes")
-    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+def _pool_memory(pool, need: int, op: str) -> Memory:
+    """The pool's address, size and device, checked as registration will need
+    it; the returned Memory's ``keep`` holds it alive."""
+    mem = resolve(pool)
+    if mem.nbytes < need:
+        raise InvalidArgument(22, f"the KV pool has {mem.nbytes} bytes; the layout needs {need}", op)
+    check_device(mem, op)
+    return mem
 
 
 def _attr(provider: Optional[str], nics: Optional[str], heartbeat_ms: Optional[int]):
@@ -218,15 +229,19 @@ def _address(engine: int) -> bytes:
 class Decoder:
     """A decode rank: its KV pool, prefill instances that join and leave, requests."""
 
+    _h = None  # set once created: close() and __del__ work after a failed __init__
+
     def __init__(self, layout: Layout, pool, *, ctx_bytes: int = 0, max_requests: int = 256,
                  cancel_ms: Optional[int] = None, provider: Optional[str] = None,
                  nics: Optional[str] = None, heartbeat_ms: Optional[int] = None) -> None:
         layout.check()
-        self._pool = pool
+        mem = _pool_memory(pool, layout.nbytes, "xfer_kv_decoder_create")
+        self._pool = mem.keep
+        self.pool_device: Device = mem.device
         c = _DecConfig()
         _f.dec_config_init(ctypes.byref(c))
         c.layout = layout
-        c.kv = _buffer_address(pool, layout.nbytes)
+        c.kv = mem.ptr
         c.ctx_bytes = ctx_bytes
         c.max_requests = max_requests
         if cancel_ms is not None:
@@ -241,6 +256,11 @@ class Decoder:
     @property
     def address(self) -> bytes:
         return _address(_f.dec_engine(self._h))
+
+    @property
+    def provider(self) -> str:
+        """The libfabric provider the engine runs on, e.g. "tcp;ofi_rxm"."""
+        return (_lib.xfer_engine_provider(_f.dec_engine(self._h)) or b"").decode()
 
     def join(self, ranks: Sequence[Tuple[bytes, Layout]]) -> int:
         """A prefill instance joins: (address, layout) per TP rank, in rank order."""
@@ -304,15 +324,19 @@ class Decoder:
 class Prefiller:
     """A prefill rank: requests arrive as events; each layer's pages go out when told."""
 
+    _h = None  # set once created: close() and __del__ work after a failed __init__
+
     def __init__(self, layout: Layout, pool, *, ctx_bytes: int = 0, max_jobs: int = 64,
                  job_timeout_ms: int = 0, provider: Optional[str] = None,
                  nics: Optional[str] = None, heartbeat_ms: Optional[int] = None) -> None:
         layout.check()
-        self._pool = pool
+        mem = _pool_memory(pool, layout.nbytes, "xfer_kv_prefiller_create")
+        self._pool = mem.keep
+        self.pool_device: Device = mem.device
         c = _PfConfig()
         _f.pf_config_init(ctypes.byref(c))
         c.layout = layout
-        c.kv = _buffer_address(pool, layout.nbytes)
+        c.kv = mem.ptr
         c.ctx_bytes = ctx_bytes
         c.max_jobs = max_jobs
         if job_timeout_ms:
@@ -326,6 +350,11 @@ class Prefiller:
     @property
     def address(self) -> bytes:
         return _address(_f.pf_engine(self._h))
+
+    @property
+    def provider(self) -> str:
+        """The libfabric provider the engine runs on, e.g. "tcp;ofi_rxm"."""
+        return (_lib.xfer_engine_provider(_f.pf_engine(self._h)) or b"").decode()
 
     def poll(self, max_events: int = 16, timeout_ms: int = 0) -> List[PrefillEvent]:
         evs = (_PfEvent * max_events)()
