@@ -96,6 +96,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="start no further prompt length once its estimated time would end past this many "
                         "seconds after start (what was skipped is printed)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="one request's limit")
+    p.add_argument("--gpu-wait", choices=("poll", "block"), default="poll",
+                   help="how the prefill waits for the GPU: poll CUDA events (default), or block "
+                        "in cudaEventSynchronize / a synchronous copy")
     p.add_argument("--json", help="write every sample and the tables' figures here")
     a = p.parse_args(argv)
     for k, v in (GPU_DEFAULTS if a.device == "cuda" else CPU_DEFAULTS).items():
@@ -144,7 +147,8 @@ class Notifier:
     """Tells the prefiller each layer is done once the GPU has finished it:
     the compute stream keeps going while this thread waits on the events."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait) -> None:
+        self.wait_gpu = wait
         self.q: "queue.Queue[Any]" = queue.Queue()
         self.error: Optional[BaseException] = None
         threading.Thread(target=self._run, daemon=True).start()
@@ -154,7 +158,7 @@ class Notifier:
             item = self.q.get()
             try:
                 pf, rid, layers, ev = item
-                ev.synchronize()
+                self.wait_gpu(ev)
                 pf.layers_done(rid, layers)
             except BaseException as ex:  # noqa: BLE001 - handed to the compute thread
                 self.error = ex
@@ -210,7 +214,17 @@ def _prefill(conn, a: argparse.Namespace) -> None:
     events: "queue.Queue[Tuple[str, Any]]" = queue.Queue()
     pfs: Dict[str, Any] = {}
     stop = threading.Event()
-    notifier = Notifier() if gpu else None
+    def wait_gpu(ev) -> None:
+        # A thread blocked in a synchronous CUDA call can hold up other
+        # threads' driver calls (the engine worker's copies); "poll" keeps
+        # the prefill's own waits out of the driver.
+        if a.gpu_wait == "block":
+            ev.synchronize()
+            return
+        while not ev.query():
+            time.sleep(0.0001)
+
+    notifier = Notifier(wait_gpu) if gpu else None
     last_hidden = bytes(2 * a.hidden)
 
     def poller(name: str, pf) -> None:
@@ -232,6 +246,10 @@ def _prefill(conn, a: argparse.Namespace) -> None:
             torch.cuda.synchronize()
         start = time.perf_counter_ns()
         h = model.prefill(tokens, write, after)
+        if gpu:
+            done = torch.cuda.Event()
+            done.record()
+            wait_gpu(done)
         hidden = h.contiguous().view(torch.int16).cpu().numpy().tobytes()  # waits for the GPU
         took = time.perf_counter_ns() - start
         if notifier is not None:
@@ -538,7 +556,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"({info.get('device', '?')}), torch {torch.__version__}")
     print(f"# model per rank: {a.layers} layers, hidden {a.hidden}, {a.q_heads} q heads and {a.kv_heads} kv "
           f"head(s) of {a.head_dim}, dense MLP {a.ffn}, bf16; attention: {info.get('attention', '?')}; "
-          f"KV pages of {a.page_tokens} tokens, K and V in separate planes; "
+          f"KV pages of {a.page_tokens} tokens, K and V in separate planes; GPU waits: {a.gpu_wait}; "
           f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
     if dec is not None:
         print(f"# verified {dec.verified} requests page by page (position-weighted checksums per layer) "
