@@ -49,6 +49,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct alloc allocs[MAX_ALLOCS];
 static struct fake_cuda_counts counts;
 static int dmabuf_on = 1;
+static int hold;
 
 static struct alloc *find(uint64_t p)
 {
@@ -99,6 +100,13 @@ void fake_cuda_free(void *p)
 			close(a->fd);
 		memset(a, 0, sizeof(*a));
 	}
+	pthread_mutex_unlock(&lock);
+}
+
+void fake_cuda_hold_events(int on)
+{
+	pthread_mutex_lock(&lock);
+	hold = on;
 	pthread_mutex_unlock(&lock);
 }
 
@@ -359,7 +367,10 @@ static CUresult f_event_record(CUevent e, CUstream s)
 static CUresult f_event_query(CUevent e)
 {
 	struct event *ev = (struct event *)e;
-	if (++ev->queries < 3)
+	pthread_mutex_lock(&lock);
+	int held = hold;
+	pthread_mutex_unlock(&lock);
+	if (held || ++ev->queries < 3)
 		return CUDA_ERROR_NOT_READY;
 	struct stream *st = ev->st;
 	for (; st && st->done < ev->upto; st->done++)

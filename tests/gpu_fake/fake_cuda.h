@@ -25,6 +25,8 @@ void fake_cuda_install(void);
 /* Device memory of device `dev`, zeroed. */
 void *fake_cuda_alloc(size_t len, int dev);
 void fake_cuda_free(void *p);
+/* While on, no asynchronous copy finishes (events stay not ready). */
+void fake_cuda_hold_events(int on);
 /* Whether devices report dma-buf export (default 1). */
 void fake_cuda_set_dmabuf(int on);
 struct fake_cuda_counts fake_cuda_counts(void);

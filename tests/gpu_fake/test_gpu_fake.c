@@ -9,9 +9,13 @@
  *       included, first from a GPU source, then from a host source
  *   write-staged | write-ipc  a single and a paged write from a GPU source
  *       into a GPU region
+ *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
+ *       it completes with -ETIMEDOUT, and once the copies finish no
+ *       immediate is counted for them (host entries still count theirs)
  * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors). */
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fake_cuda.h"
 #include "helpers.h"
@@ -25,7 +29,7 @@ static bool staged;
 
 /* -------------------------------------------------------------- scatter */
 
-static const uint64_t lens[] = {4096, 0, 65537, 1, 100000, 0, 777, 3};
+static const uint64_t lens[] = {4096, 0, 0, 1, 100000, 65537, 777, 3}; /* 0: host (k=1,9) and GPU (k=2,10) */
 
 /* Entry k: member k % NCHILD; even k into the member's GPU region, odd k
  * into its host region; each entry its own slice of dst. */
@@ -262,12 +266,103 @@ static int write_source(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------------------ cut short */
+
+#define IMM_CUT 0x6c7
+
+static int cut_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	t_connect(e, fd);
+	uint8_t *gpu = fake_cuda_alloc(DLEN, 1), *host = calloc(1, DLEN);
+	CHECK(gpu && host);
+	xfer_mr_t *gmr, *hmr;
+	CHECK_OK(xfer_mr_reg(e, gpu, DLEN, &gmr));
+	CHECK_OK(xfer_mr_reg(e, host, DLEN, &hmr));
+	t_send_desc(fd, gmr);
+	t_send_desc(fd, hmr);
+	/* The two host entries count; the two GPU ones must not. */
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_CUT, 2, &c));
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 1); /* the root's op has finished */
+	usleep(200000);
+	t_sync_worker(e);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(e, IMM_CUT, &extra));
+	CHECK(extra == 0);
+	t_send_u64(fd, 2);
+	CHECK_OK(xfer_mr_dereg(gmr));
+	CHECK_OK(xfer_mr_dereg(hmr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(host);
+	return 0;
+}
+
+static int cut_root(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t peer = t_connect(e, fd);
+	xfer_rmr_t *grmr = t_recv_rmr(e, peer, fd), *hrmr = t_recv_rmr(e, peer, fd);
+	uint8_t *src = malloc(SLEN);
+	CHECK(src);
+	t_fill(src, SLEN, 8);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, src, SLEN, &mr));
+	xfer_group_t *g;
+	CHECK_OK(xfer_group_create(e, &peer, 1, &g));
+	struct xfer_scatter_entry en[4];
+	for (int k = 0; k < 4; k++)
+		en[k] = (struct xfer_scatter_entry){.member = 0, .src_off = (uint64_t)k * 1000, .len = 1000,
+						    .dst = k % 2 ? hrmr : grmr,
+						    .dst_off = (uint64_t)k * 1000};
+	int32_t status[4];
+	struct xfer_scatter sc = {.src = mr, .entries = en, .n = 4, .imm = IMM_CUT, .flags = XFER_F_IMM,
+				  .status = status};
+	fake_cuda_hold_events(1);
+	struct xfer_completion c = {.user_data = 5, .timeout_ms = 30, .tag = 77};
+	CHECK_OK(xfer_scatter(e, g, &sc, &c));
+	struct xfer_cqe cqe = t_wait_cqe(e, 30000);
+	CHECK(cqe.user_data == 5);
+	CHECK_RC(cqe.res, -ETIMEDOUT);
+	/* The copies finish after the deadline: no notice may follow them. The
+	 * cancel completes once the op has drained (nothing of it was cut). */
+	fake_cuda_hold_events(0);
+	c = (struct xfer_completion){.user_data = 6};
+	CHECK_OK(xfer_cancel(e, 77, &c));
+	cqe = t_wait_cqe(e, 30000);
+	CHECK(cqe.user_data == 6 && cqe.kind == XFER_OP_CANCEL && cqe.res == 0);
+	CHECK(fake_cuda_counts().ipc_opens == 1);
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	CHECK_OK(xfer_group_destroy(g));
+	xfer_rmr_free(grmr);
+	xfer_rmr_free(hrmr);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	free(src);
+	printf("scatter-cut: expired scatter counted no immediate for its late GPU copies\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "scatter-ipc";
 	staged = strstr(mode, "-staged") != NULL;
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
+	if (!strcmp(mode, "scatter-cut"))
+		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
 	if (!strncmp(mode, "write", 5))
