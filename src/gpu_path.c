@@ -106,6 +106,20 @@ int gpu_ipc_begin(struct worker *w, xfer_rmr_t *r, int dev, void **stream)
 	return 0;
 }
 
+void gpu_release(struct worker *w)
+{
+	const struct cuda_api *c = cuda_get();
+	for (int dev = 0; c && dev < GPU_DEVS; dev++) {
+		if (!w->gpu_stream[dev] || use_dev(w, dev))
+			continue;
+		for (uint32_t i = 0; i < GPU_RING; i++)
+			if (w->gpu_events[dev][i])
+				c->cuEventDestroy((CUevent)w->gpu_events[dev][i]);
+		c->cuStreamDestroy((CUstream)w->gpu_stream[dev]);
+		w->gpu_stream[dev] = NULL;
+	}
+}
+
 int gpu_ipc_park(struct worker *w, int dev, struct op *op, struct wr *wr)
 {
 	const struct cuda_api *c = cuda_get();

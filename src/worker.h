@@ -129,6 +129,9 @@ int gpu_copy_to(struct worker *w, void *stream, uint64_t dst, xfer_mr_t *src, ui
 /* Records an event behind the copies on dev's stream and parks op (and wr,
  * for one scatter entry) until it fires. */
 int gpu_ipc_park(struct worker *w, int dev, struct op *op, struct wr *wr);
+/* On the worker as it exits: its CUDA streams and events (copies still
+ * running finish first, in the driver). */
+void gpu_release(struct worker *w);
 /* Writes a notice's message header in front of its body. */
 void gpu_notice_frame(const xfer_engine_t *e, uint8_t *buf, size_t body);
 /* Issues op's same-host GPU copies; 1 when parked until they finish. */

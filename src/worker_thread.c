@@ -153,6 +153,7 @@ static void *worker_main_impl(struct worker_start *st)
 		sleep_idle(w, now);
 	}
 	worker_quiesce(w, -ECANCELED);
+	gpu_release(w);
 	return NULL;
 }
 

@@ -53,6 +53,8 @@ struct cuda_api {
 	CUresult (*cuEventCreate)(CUevent *, unsigned);
 	CUresult (*cuEventRecord)(CUevent, CUstream);
 	CUresult (*cuEventQuery)(CUevent);
+	CUresult (*cuStreamDestroy)(CUstream);
+	CUresult (*cuEventDestroy)(CUevent);
 	/* Optional (NULL when the driver lacks them): dma-buf export. */
 	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
 	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);

@@ -54,6 +54,8 @@ static void load(void)
 	SYM(cuEventCreate, "cuEventCreate");
 	SYM(cuEventRecord, "cuEventRecord");
 	SYM(cuEventQuery, "cuEventQuery");
+	SYM(cuStreamDestroy, "cuStreamDestroy_v2");
+	SYM(cuEventDestroy, "cuEventDestroy_v2");
 	/* dma-buf export came with CUDA 11.7; older drivers just stage or
 	 * register by address. */
 	*(void **)&api.cuDeviceGetAttribute = dlsym(lib, "cuDeviceGetAttribute");

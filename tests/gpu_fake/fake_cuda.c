@@ -347,6 +347,20 @@ static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t len, CUstr
 	return enqueue(s, (void *)(uintptr_t)dst, src, len);
 }
 
+static CUresult f_stream_destroy(CUstream s)
+{
+	struct stream *st = (struct stream *)s;
+	free(st->q);
+	free(st);
+	return 0;
+}
+
+static CUresult f_event_destroy(CUevent e)
+{
+	free(e);
+	return 0;
+}
+
 static CUresult f_event_create(CUevent *e, unsigned flags)
 {
 	(void)flags;
@@ -435,6 +449,8 @@ static const struct cuda_api fake_api = {
 	.cuEventCreate = f_event_create,
 	.cuEventRecord = f_event_record,
 	.cuEventQuery = f_event_query,
+	.cuStreamDestroy = f_stream_destroy,
+	.cuEventDestroy = f_event_destroy,
 	.cuDeviceGetAttribute = f_device_attr,
 	.cuMemGetHandleForAddressRange = f_dmabuf,
 };
