@@ -104,7 +104,9 @@ struct xfer_nic_info {
 	 * target rejects completes with an error. 0 (shm): completes once sent;
 	 * a rejected write still lands nothing, but the writer is not told. */
 	int delivery_complete;
-	const char *gpu_path; /* "native" (FI_HMEM) or "staged" through host memory */
+	/* "native": opened with FI_HMEM, GPU regions registered in place (untested
+	 * on hardware); "staged": through a pinned host mirror. */
+	const char *gpu_path;
 };
 int xfer_engine_nic_info(const xfer_engine_t *e, unsigned i, struct xfer_nic_info *out);
 
@@ -133,11 +135,12 @@ unsigned xfer_peer_shards(const xfer_engine_t *e, xfer_peer_t peer);
 #define XFER_DESC_MAX 512
 
 /* Registers [buf, buf+len) on every NIC of the engine for local and remote
- * access. buf may be CUDA device memory (detected through the driver): on
- * providers without FI_HMEM its bytes travel through a pinned host mirror,
- * and peers on the same host copy GPU to GPU through CUDA IPC; the API and
- * the completion semantics are the same (an immediate counts only once the
- * data is in GPU memory). -XFER_ENOGPU if device memory cannot be used. */
+ * access. buf may be CUDA device memory (detected through the driver): where
+ * every NIC has FI_HMEM (gpu_path "native") it is registered in place,
+ * elsewhere its bytes travel through a pinned host mirror, and peers on the
+ * same host copy GPU to GPU through CUDA IPC; the API and the completion
+ * semantics are the same (an immediate counts only once the data is in GPU
+ * memory). -XFER_ENOGPU if device memory cannot be used. */
 int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out);
 /* The CUDA device holding the region, or -1 for host memory. */
 int xfer_mr_is_gpu(const xfer_mr_t *mr);
@@ -273,9 +276,11 @@ struct xfer_scatter_entry {
 };
 
 /* One call, a different slice to each entry's member; with XFER_F_IMM each
- * entry delivers `imm` once to its member. Completes once for the whole call
- * with the first error; status (optional, n entries) receives each entry's
- * own result before the completion is delivered. */
+ * entry delivers `imm` once to its member (into a GPU region, once the bytes
+ * are in GPU memory). src and the regions may be GPU or host memory, mixed.
+ * Completes once for the whole call with the first error; status (optional,
+ * n entries) receives each entry's own result before the completion is
+ * delivered. */
 struct xfer_scatter {
 	xfer_mr_t *src;
 	const struct xfer_scatter_entry *entries;

@@ -6,6 +6,7 @@
 #ifndef XFER_BACKEND_H
 #define XFER_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,6 +37,15 @@ struct nic_mr {
 	uint64_t base; /* what the peer adds offsets to */
 };
 
+/* What a registration covers, for backends that can register device memory
+ * in place (gpu_native): NULL or cuda_dev -1 is host memory. */
+struct nic_mem {
+	int cuda_dev;           /* CUDA device ordinal of the memory */
+	int dmabuf_fd;          /* -1, or a dma-buf exporting the memory (the caller closes it) */
+	uint64_t dmabuf_offset; /* of the region's first byte within the dma-buf */
+	void *dmabuf_base;      /* virtual address of the dma-buf's first byte */
+};
+
 struct nic_write {
 	uint64_t dest;
 	const void *buf;
@@ -52,7 +62,8 @@ struct backend_ops {
 	/* Opens the idx-th NIC that matches; -ENODEV when there is none. */
 	int (*open)(struct xfer_nic *nic, const char *provider, const char *domain);
 	void (*close)(struct xfer_nic *nic);
-	int (*mr_reg)(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, struct nic_mr *out);
+	int (*mr_reg)(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, const struct nic_mem *mem,
+		      struct nic_mr *out);
 	void (*mr_dereg)(struct xfer_nic *nic, struct nic_mr *mr);
 	int (*av_insert)(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest);
 	int (*av_remove)(struct xfer_nic *nic, uint64_t dest);
@@ -79,7 +90,13 @@ struct xfer_nic {
 	uint32_t rx_size;
 	uint64_t max_msg;   /* largest single transfer */
 	uint32_t key_bits;  /* width of application-chosen keys; 0 if the provider picks */
-	const char *hmem;   /* how GPU memory would travel: "native" or "staged" */
+	/* Set before open: 0 never ask for FI_HMEM, 1 where it can help, 2 from
+	 * every provider (XFER_GPU_NATIVE=1, for tests). */
+	uint8_t want_hmem;
+	/* The provider registers device memory in place (FI_HMEM), so GPU regions
+	 * need no host mirror. Cleared when such a registration fails for good. */
+	atomic_bool gpu_native;
+	bool dmabuf;        /* mr_reg can take a dma-buf (libfabric >= 1.20) */
 	bool delivery_complete; /* a completion means the data is at the target */
 };
 

@@ -11,9 +11,10 @@ static void stub_close(struct xfer_nic *n)
 {
 	(void)n;
 }
-static int stub_mr_reg(struct xfer_nic *n, void *b, size_t l, uint64_t k, struct nic_mr *o)
+static int stub_mr_reg(struct xfer_nic *n, void *b, size_t l, uint64_t k, const struct nic_mem *m,
+		       struct nic_mr *o)
 {
-	(void)n, (void)b, (void)l, (void)k, (void)o;
+	(void)n, (void)b, (void)l, (void)k, (void)m, (void)o;
 	return -EOPNOTSUPP;
 }
 static void stub_mr_dereg(struct xfer_nic *n, struct nic_mr *m)

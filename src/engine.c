@@ -82,6 +82,13 @@ int engine_call(xfer_engine_t *e, int (*fn)(xfer_engine_t *, void *), void *arg)
 
 static int reg_internal(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out);
 
+static const struct backend_ops *backend_override;
+
+void engine_backend_override(const struct backend_ops *ops)
+{
+	backend_override = ops;
+}
+
 static int open_nics(xfer_engine_t *e)
 {
 	char *list = e->nics_req ? strdup(e->nics_req) : NULL, *save = NULL;
@@ -97,6 +104,7 @@ static int open_nics(xfer_engine_t *e)
 		struct xfer_nic *nic = &e->nics[e->nnics];
 		nic->ops = &e->ops;
 		nic->index = e->nnics;
+		nic->want_hmem = e->gpu_native;
 		ret = e->ops.open(nic, e->provider_req, name);
 		if (ret) {
 			xerr("no usable NIC %s for provider %s: %s", name ? name : "(first)",
@@ -174,6 +182,7 @@ static int reg_internal(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out
 	mr->e = e;
 	mr->buf = buf;
 	mr->len = len;
+	mr->gpu = -1;
 	int ret = mr_register_on_nics(e, mr);
 	if (ret) {
 		free(mr);
@@ -219,7 +228,7 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	e->nics_req = attr->nics && *attr->nics ? strdup(attr->nics) : NULL;
 	e->attr.provider = e->provider_req;
 	e->attr.nics = e->nics_req;
-	e->ops = ofi_backend_ops;
+	e->ops = backend_override ? *backend_override : ofi_backend_ops;
 	backend_fill_stubs(&e->ops);
 	e->slot_bytes = (uint32_t)((MSG_HDR_BYTES + attr->msg_max + 63) & ~63u);
 	e->max_peers = MAX_PEERS_DEFAULT;
@@ -234,6 +243,8 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	e->host_id = cuda_host_id();
 	const char *ipc = getenv("XFER_GPU_IPC");
 	e->gpu_ipc = !(ipc && !strcmp(ipc, "0"));
+	const char *native = getenv("XFER_GPU_NATIVE");
+	e->gpu_native = !native || !*native ? 1 : !strcmp(native, "0") ? 0 : !strcmp(native, "1") ? 2 : 1;
 	e->peers = calloc(e->max_peers, sizeof(*e->peers));
 	if (!e->provider_req || (attr->nics && *attr->nics && !e->nics_req) || e->wake_fd < 0 ||
 	    !e->peers) {
@@ -399,6 +410,6 @@ int xfer_engine_nic_info(const xfer_engine_t *e, unsigned i, struct xfer_nic_inf
 	out->rx_depth = n->rx_size;
 	out->max_msg = n->max_msg;
 	out->delivery_complete = n->delivery_complete;
-	out->gpu_path = n->hmem;
+	out->gpu_path = e->gpu_native && atomic_load(&n->gpu_native) ? "native" : "staged";
 	return 0;
 }

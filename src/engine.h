@@ -97,7 +97,10 @@ struct xfer_mr {
 	size_t len;
 	uint64_t id;     /* names the region in notices */
 	int gpu;         /* CUDA device of buf, -1 for host memory */
-	void *reg_buf;   /* what the NICs see: buf, or the pinned host mirror of GPU memory */
+	void *reg_buf;   /* the pinned host mirror of staged GPU memory, else NULL (NICs see buf) */
+	bool native;     /* GPU memory registered in place on every NIC (FI_HMEM) */
+	int native_err;  /* why that registration failed, before falling back to a mirror */
+	struct nic_mem mem; /* how native GPU memory is described to the NICs */
 	bool has_ipc;
 	uint8_t ipc[64]; /* CUDA IPC handle of the allocation holding buf */
 	uint64_t ipc_offset;
@@ -182,6 +185,7 @@ struct xfer_engine {
 	atomic_uint_fast64_t next_region_id;
 	uint64_t host_id;
 	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
+	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
 
 	struct worker *w;
 	pthread_t thread;
@@ -203,6 +207,20 @@ int engine_call(xfer_engine_t *e, int (*fn)(xfer_engine_t *, void *), void *arg)
 void engine_kick(xfer_engine_t *e);
 void futex_wake_all(atomic_uint *word);
 int futex_wait_ms(atomic_uint *word, unsigned expected, uint64_t timeout_ms);
+
+/* Tests only: engines created from now on use ops instead of libfabric's. */
+void engine_backend_override(const struct backend_ops *ops);
+
+/* gpu_mr.c: how a GPU region reaches the NICs. */
+bool gpu_native_usable(const xfer_engine_t *e);
+/* Readies a region of device `dev` for registration: in place on NICs with
+ * FI_HMEM (with a dma-buf where possible), else with a pinned host mirror. */
+int gpu_mr_prepare(xfer_engine_t *e, xfer_mr_t *mr, int dev);
+/* Registering in place failed (mr->native_err): mirror the region instead. */
+int gpu_mr_fall_back(xfer_engine_t *e, xfer_mr_t *mr);
+/* Registration is over: the dma-buf fd, if any, is closed. */
+void gpu_mr_done(xfer_mr_t *mr);
+void gpu_mr_free(xfer_mr_t *mr);
 
 int worker_create(xfer_engine_t *e);
 void worker_destroy(xfer_engine_t *e);

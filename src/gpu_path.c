@@ -1,4 +1,6 @@
-/* GPU regions on the worker. Providers here lack FI_HMEM, so:
+/* GPU regions on the worker. Where the NICs register device memory in place
+ * (FI_HMEM, gpu_mr.c) requests read and write GPU memory directly and none of
+ * this applies. Otherwise:
  *  - a GPU source is copied to its pinned host mirror just before a request
  *    is posted from it;
  *  - a write into a peer's GPU region lands in the peer's host mirror without
@@ -9,7 +11,9 @@
  *    peer's CUDA IPC mapping (NVLink where present) and sends a NOTICE with
  *    the count alone.
  * Staging copies block the worker; same-host copies run on a stream, and the
- * op waits (parked, with an event) until they are done before its notice. */
+ * op waits (parked, with an event) until they are done before its notice.
+ * Scatter entries get a notice each (gpu_scatter.c); this file holds what
+ * both share. */
 #include <errno.h>
 #include <string.h>
 
@@ -32,12 +36,21 @@ static int use_dev(struct worker *w, int dev)
 int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len)
 {
 	const struct cuda_api *c = cuda_get();
-	if (!len)
-		return 0;
+	if (!len || src->gpu < 0 || !src->reg_buf)
+		return 0; /* host memory, or GPU memory the NICs read in place */
 	if (!c || use_dev(w, src->gpu))
 		return -XFER_ENOGPU;
 	CUdeviceptr from = (CUdeviceptr)(uintptr_t)src->buf + off;
 	return c->cuMemcpyDtoH((uint8_t *)src->reg_buf + off, from, len) ? -EIO : 0;
+}
+
+enum op_path gpu_rmr_path(const xfer_engine_t *e, const xfer_rmr_t *r)
+{
+	/* GPU to GPU on this host beats any NIC; native regions take it too. */
+	if ((r->flags & WIRE_DESC_IPC) && e->gpu_ipc && r->host_id == e->host_id && !r->ipc_failed &&
+	    cuda_get())
+		return PATH_IPC;
+	return (r->flags & WIRE_DESC_STAGED) ? PATH_STAGED : PATH_FABRIC;
 }
 
 enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s)
@@ -45,19 +58,14 @@ enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s)
 	const xfer_rmr_t *r = s->kind == SUB_WRITE ? s->u.write.dst
 			      : s->kind == SUB_PAGED ? s->u.paged.dst
 						     : NULL;
-	if (!r || !(r->flags & WIRE_DESC_STAGED))
-		return PATH_FABRIC;
-	if ((r->flags & WIRE_DESC_IPC) && e->gpu_ipc && r->host_id == e->host_id && cuda_get() &&
-	    !r->ipc_failed)
-		return PATH_IPC;
-	return PATH_STAGED;
+	return r ? gpu_rmr_path(e, r) : PATH_FABRIC;
 }
 
-/* Issues one copy into the peer's GPU memory on the worker's stream. */
-static int copy_to(struct worker *w, CUstream st, CUdeviceptr dst, xfer_mr_t *src, uint64_t src_off,
-		   uint64_t len)
+int gpu_copy_to(struct worker *w, void *stream, uint64_t dst, xfer_mr_t *src, uint64_t src_off,
+		uint64_t len)
 {
 	const struct cuda_api *c = cuda_get();
+	CUstream st = stream;
 	if (!len)
 		return 0;
 	if (src && src->gpu >= 0)
@@ -67,18 +75,14 @@ static int copy_to(struct worker *w, CUstream st, CUdeviceptr dst, xfer_mr_t *sr
 	return c->cuMemcpyHtoDAsync(dst, from, len, st) ? -EIO : 0;
 }
 
-int gpu_ipc_issue(struct worker *w, struct op *op)
+int gpu_ipc_begin(struct worker *w, xfer_rmr_t *r, int dev, void **stream)
 {
 	const struct cuda_api *c = cuda_get();
-	const struct sub *s = &op->s;
-	xfer_rmr_t *r = (xfer_rmr_t *)(s->kind == SUB_WRITE ? s->u.write.dst : s->u.paged.dst);
-	xfer_mr_t *src = s->kind == SUB_WRITE ? s->u.write.src : s->u.paged.src;
-	int dev = src && src->gpu >= 0 ? src->gpu : 0;
-	if (!c || dev >= GPU_DEVS)
+	if (!c || dev < 0 || dev >= GPU_DEVS)
 		return -XFER_ENOGPU;
 	if (w->gpu_count == GPU_RING)
 		return -EAGAIN;
-	/* Any device's context can open the handle; prefer the source's. */
+	/* Any device's context can open the handle; the caller prefers the source's. */
 	if (use_dev(w, dev))
 		return -XFER_ENOGPU;
 	if (!w->gpu_stream[dev] && c->cuStreamCreate((CUstream *)&w->gpu_stream[dev], CU_STREAM_NON_BLOCKING))
@@ -98,23 +102,59 @@ int gpu_ipc_issue(struct worker *w, struct op *op)
 		}
 		r->ipc_ptr = opened;
 	}
-	CUstream st = w->gpu_stream[dev];
+	*stream = w->gpu_stream[dev];
+	return 0;
+}
+
+void gpu_release(struct worker *w)
+{
+	const struct cuda_api *c = cuda_get();
+	for (int dev = 0; c && dev < GPU_DEVS; dev++) {
+		if (!w->gpu_stream[dev] || use_dev(w, dev))
+			continue;
+		for (uint32_t i = 0; i < GPU_RING; i++)
+			if (w->gpu_events[dev][i])
+				c->cuEventDestroy((CUevent)w->gpu_events[dev][i]);
+		c->cuStreamDestroy((CUstream)w->gpu_stream[dev]);
+		w->gpu_stream[dev] = NULL;
+	}
+}
+
+int gpu_ipc_park(struct worker *w, int dev, struct op *op, struct wr *wr)
+{
+	const struct cuda_api *c = cuda_get();
+	uint32_t slot = (w->gpu_head + w->gpu_count) % GPU_RING;
+	void *ev = w->gpu_events[dev][slot];
+	/* The notice must not overtake the bytes: it waits for this event. */
+	if (c->cuEventRecord((CUevent)ev, (CUstream)w->gpu_stream[dev]))
+		return -EIO;
+	w->gpu_ring[slot] = (struct gpu_wait){.op = op, .event = ev, .wr = wr};
+	w->gpu_count++;
+	return 0;
+}
+
+int gpu_ipc_issue(struct worker *w, struct op *op)
+{
+	const struct sub *s = &op->s;
+	xfer_rmr_t *r = (xfer_rmr_t *)(s->kind == SUB_WRITE ? s->u.write.dst : s->u.paged.dst);
+	xfer_mr_t *src = s->kind == SUB_WRITE ? s->u.write.src : s->u.paged.src;
+	int dev = src && src->gpu >= 0 ? src->gpu : 0;
+	void *st;
+	int ret = gpu_ipc_begin(w, r, dev, &st);
+	if (ret)
+		return ret;
 	CUdeviceptr base = r->ipc_ptr + r->ipc_offset;
-	int ret = 0;
 	if (s->kind == SUB_WRITE) {
-		ret = copy_to(w, st, base + s->u.write.dst_off, src, s->u.write.src_off, s->u.write.len);
+		ret = gpu_copy_to(w, st, base + s->u.write.dst_off, src, s->u.write.src_off, s->u.write.len);
 	} else {
 		const struct xfer_paged_write *pw = &s->u.paged;
 		for (uint32_t i = 0; i < pw->npages && !ret; i++)
-			ret = copy_to(w, st, base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride,
-				      src, pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride,
-				      pw->page_len);
+			ret = gpu_copy_to(w, st, base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride,
+					  src, pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride,
+					  pw->page_len);
 	}
-	/* The notice must not overtake the bytes: it waits for this event. */
-	if (ret || c->cuEventRecord(*ev, st))
-		return ret ? ret : -EIO;
-	w->gpu_ring[slot] = (struct gpu_wait){.op = op, .event = *ev};
-	w->gpu_count++;
+	if (ret || (ret = gpu_ipc_park(w, dev, op, NULL)))
+		return ret;
 	op->phase = 2;
 	return 1;
 }
@@ -129,8 +169,14 @@ int gpu_poll(struct worker *w)
 		if (r == CUDA_ERROR_NOT_READY)
 			break;
 		struct op *op = g->op;
+		struct wr *wr = g->wr;
 		w->gpu_head = (w->gpu_head + 1) % GPU_RING;
 		w->gpu_count--;
+		n++;
+		if (wr) {
+			gpu_entry_copied(w, wr, r != 0 ? -EIO : 0);
+			continue;
+		}
 		op->phase = 1;
 		op->data_total = op->posted;
 		if (r != 0 || op->status != 0) {
@@ -142,7 +188,6 @@ int gpu_poll(struct worker *w)
 			op->total = op->posted + gpu_notice_count(w->e, op);
 			op_enqueue(w, op);
 		}
-		n++;
 	}
 	return n;
 }
@@ -161,6 +206,12 @@ uint32_t gpu_notice_count(const xfer_engine_t *e, const struct op *op)
 		return 1;
 	uint32_t per = ranges_per_notice(e, op);
 	return (op->s.u.paged.npages + per - 1) / per;
+}
+
+void gpu_notice_frame(const xfer_engine_t *e, uint8_t *buf, size_t body)
+{
+	uint32_t hdr[4] = {MSG_MAGIC_NOTICE, (uint32_t)body, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
+	memcpy(buf, hdr, MSG_HDR_BYTES);
 }
 
 /* Builds notice k of op into buf (after the message header); returns its
@@ -223,7 +274,8 @@ void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len)
 	if (n) {
 		xfer_mr_t *mr = mr_find(e, id);
 		const struct cuda_api *c = cuda_get();
-		if (!mr || mr->gpu < 0 || !mr->registered || !c || use_dev(w, mr->gpu)) {
+		/* Ranges name mirror bytes: a region written in place has none. */
+		if (!mr || mr->gpu < 0 || !mr->reg_buf || !mr->registered || !c || use_dev(w, mr->gpu)) {
 			xwarn("dropping a notice for region %llu: not a live GPU region here",
 			      (unsigned long long)id);
 			return;

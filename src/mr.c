@@ -9,8 +9,6 @@
 #include "engine.h"
 #include "log.h"
 
-static void free_gpu(xfer_mr_t *mr);
-
 int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
 {
 	for (unsigned n = 0; n < e->nnics; n++) {
@@ -23,7 +21,7 @@ int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
 				key &= (1ull << e->nics[n].key_bits) - 1;
 		}
 		int ret = e->ops.mr_reg(&e->nics[n], mr->reg_buf ? mr->reg_buf : mr->buf, mr->len, key,
-					&mr->nic[n]);
+					mr->native ? &mr->mem : NULL, &mr->nic[n]);
 		if (ret) {
 			while (n-- > 0)
 				e->ops.mr_dereg(&e->nics[n], &mr->nic[n]);
@@ -81,7 +79,7 @@ void mr_free_all(xfer_engine_t *e)
 	while (head->next && head->next != head) {
 		xfer_mr_t *mr = head->next;
 		list_del(mr);
-		free_gpu(mr);
+		gpu_mr_free(mr);
 		free(mr);
 	}
 }
@@ -110,6 +108,8 @@ static int reg_on_worker(xfer_engine_t *e, void *arg)
 	if (!ret) {
 		list_add(e, mr);
 		e->nregions++;
+	} else if (mr->native) {
+		mr->native_err = ret;
 	}
 	return ret;
 }
@@ -122,37 +122,6 @@ static int dereg_on_worker(xfer_engine_t *e, void *arg)
 	mr_release_on_nics(e, mr);
 	list_del(mr);
 	return 0;
-}
-
-/* GPU memory over providers without FI_HMEM: a pinned host mirror carries
- * the bytes on the wire, and an IPC handle lets peers on this host copy
- * GPU to GPU directly. */
-static int setup_gpu(xfer_mr_t *mr, int dev)
-{
-	const struct cuda_api *c = cuda_get();
-	if (!c || cuda_use_device(dev))
-		return -XFER_ENOGPU;
-	if (c->cuMemHostAlloc(&mr->reg_buf, mr->len, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
-		return -ENOMEM;
-	mr->gpu = dev;
-	CUdeviceptr base = 0;
-	size_t size = 0;
-	CUipcMemHandle h;
-	CUdeviceptr p = (CUdeviceptr)(uintptr_t)mr->buf;
-	if (!c->cuMemGetAddressRange(&base, &size, p) && !c->cuIpcGetMemHandle(&h, base)) {
-		memcpy(mr->ipc, &h, sizeof(mr->ipc));
-		mr->ipc_offset = p - base;
-		mr->has_ipc = true;
-	}
-	return 0;
-}
-
-static void free_gpu(xfer_mr_t *mr)
-{
-	const struct cuda_api *c = cuda_get();
-	if (mr->gpu >= 0 && mr->reg_buf && c)
-		c->cuMemFreeHost(mr->reg_buf);
-	mr->reg_buf = NULL;
 }
 
 int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
@@ -172,11 +141,17 @@ int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
 	mr->id = atomic_fetch_add(&e->next_region_id, 1);
 	int dev = cuda_device_of(buf), ret = 0;
 	if (dev >= 0)
-		ret = setup_gpu(mr, dev);
+		ret = gpu_mr_prepare(e, mr, dev);
 	if (!ret)
 		ret = engine_call(e, reg_on_worker, mr);
+	if (ret && mr->native_err) {
+		ret = gpu_mr_fall_back(e, mr);
+		if (!ret)
+			ret = engine_call(e, reg_on_worker, mr);
+	}
+	gpu_mr_done(mr);
 	if (ret) {
-		free_gpu(mr);
+		gpu_mr_free(mr);
 		free(mr);
 		return ret;
 	}
@@ -201,7 +176,7 @@ int xfer_mr_dereg(xfer_mr_t *mr)
 		ret = 0;
 	}
 	if (!ret) {
-		free_gpu(mr);
+		gpu_mr_free(mr);
 		free(mr);
 	}
 	return ret;
@@ -218,7 +193,8 @@ int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need)
 		d.nic[n].key = mr->nic[n].key;
 	}
 	d.region_id = mr->id;
-	if (mr->gpu >= 0)
+	/* Native GPU memory is written in place: no mirror, no notice. */
+	if (mr->gpu >= 0 && !mr->native)
 		d.flags |= WIRE_DESC_STAGED;
 	if (mr->has_ipc) {
 		d.flags |= WIRE_DESC_IPC;

@@ -319,8 +319,6 @@ int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *s
 			return ret;
 		if (en->dst->peer != g->peers[en->member])
 			return -XFER_EFOREIGN;
-		if (en->dst->flags & WIRE_DESC_STAGED)
-			return -EOPNOTSUPP; /* scatter into GPU regions: not over staging yet */
 		if (en->len && (!sc->src || !range_ok(en->src_off, en->len, sc->src->len)))
 			return -EINVAL;
 		if (!range_ok(en->dst_off, en->len, en->dst->len))

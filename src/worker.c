@@ -169,7 +169,7 @@ void op_maybe_finish(struct worker *w, struct op *op)
 	}
 	/* An op still in the posting FIFO is finished by post_pending instead,
 	 * so that the FIFO never holds a freed op. */
-	if (!op->queued && op->posted == op->total && op->done == op->posted)
+	if (!op->queued && op->posted == op->total && op->done == op->posted && !op->notices)
 		op_finish(w, op);
 }
 
@@ -178,6 +178,7 @@ void op_fail(struct op *op, int status)
 	if (op->status == 0)
 		op->status = status;
 	op->total = op->posted;
+	op->cut = true;
 }
 
 void op_complete_early(struct worker *w, struct op *op, int status)
@@ -245,7 +246,7 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 		uint64_t k = op->shards, base = s->u.write.len / k, rem = s->u.write.len % k;
 		uint64_t off = i * base + (i < rem ? i : rem);
 		nw->len = base + (i < rem);
-		if (src->gpu >= 0 && gpu_stage_src(w, src, s->u.write.src_off + off, nw->len))
+		if (gpu_stage_src(w, src, s->u.write.src_off + off, nw->len))
 			return -EIO;
 		nw->buf = (uint8_t *)(src->reg_buf ? src->reg_buf : src->buf) + s->u.write.src_off + off;
 		nw->desc = src->nic[n].desc;
@@ -256,7 +257,7 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 		const struct xfer_paged_write *pw = &s->u.paged;
 		/* Bounds were proven at submission; these cannot overflow. */
 		uint64_t soff = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
-		if (pw->src->gpu >= 0 && gpu_stage_src(w, pw->src, soff, pw->page_len))
+		if (gpu_stage_src(w, pw->src, soff, pw->page_len))
 			return -EIO;
 		nw->buf = (uint8_t *)(pw->src->reg_buf ? pw->src->reg_buf : pw->src->buf) + soff;
 		nw->len = pw->page_len;
@@ -270,10 +271,16 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 		if (!peer_usable(p))
 			return -XFER_EPEER;
 		xfer_mr_t *src = s->u.scatter.src ? s->u.scatter.src : e->sink;
-		nw->buf = (uint8_t *)src->buf + (en->len ? en->src_off : 0);
+		uint64_t off = en->len ? en->src_off : 0;
+		if (gpu_stage_src(w, src, off, en->len))
+			return -EIO;
+		nw->buf = (uint8_t *)(src->reg_buf ? src->reg_buf : src->buf) + off;
 		nw->len = en->len;
 		nw->desc = src->nic[n].desc;
 		to_region(nw, en->dst, n, en->dst_off);
+		/* Into a staged GPU region the immediate rides on the entry's notice. */
+		if (en->dst->flags & WIRE_DESC_STAGED)
+			nw->has_imm = 0;
 		break;
 	}
 	case SUB_BARRIER:
@@ -312,8 +319,7 @@ static int post_notice(struct worker *w, struct op *op, struct wr *wr, unsigned 
 	uint32_t b = w->free_send[--w->nfree_send];
 	uint8_t *buf = e->send_bufs + (size_t)b * e->slot_bytes;
 	size_t body = gpu_notice_build(e, op, k, buf + MSG_HDR_BYTES);
-	uint32_t hdr[4] = {MSG_MAGIC_NOTICE, (uint32_t)body, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
-	memcpy(buf, hdr, MSG_HDR_BYTES);
+	gpu_notice_frame(e, buf, body);
 	int ret = e->ops.post_send(&e->nics[n], p->dest[n], buf, MSG_HDR_BYTES + body,
 				   e->send_mr->nic[n].desc, wr);
 	if (ret)
@@ -354,6 +360,20 @@ static void set_entry_status(struct op *op, uint32_t i, int status)
 	/* Once the user has its completion the array may be gone. */
 	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status && !op->user_done)
 		op->s.u.scatter.status[i] = status;
+}
+
+void scatter_entry_status(struct op *op, uint32_t i, int status)
+{
+	set_entry_status(op, i, status);
+}
+
+void scatter_entry_failed(struct worker *w, struct op *op, uint32_t i, int status)
+{
+	set_entry_status(op, i, status);
+	if (op->status == 0)
+		op->status = status;
+	if (is_peer_failure(status))
+		peer_suspect(w, op->s.u.scatter.group->peers[op->s.u.scatter.entries[i].member], status);
 }
 
 /* Posts request i of op on NIC n. 0, -EAGAIN (no credit, context or buffer:
@@ -454,7 +474,8 @@ static int op_post(struct worker *w, struct op *op)
 		if (ret == -EAGAIN)
 			return -EAGAIN;
 		if (ret && r->ipc_failed) {
-			op->path = PATH_STAGED; /* no IPC after all: through host memory */
+			/* No IPC after all: through the NICs (a mirror, or in place). */
+			op->path = (uint8_t)gpu_rmr_path(e, r);
 			goto post;
 		}
 		if (ret) {
@@ -469,7 +490,15 @@ post:
 		uint32_t i = op->posted;
 		unsigned n = op->phase ? (op->nic_base % e->nnics) : wr_nic(e, op, i);
 		uint64_t len = 0;
-		int ret = post_wr(w, op, i, n, &len);
+		/* A scatter entry into a GPU region on this host is a copy, not a
+		 * request: it takes no credit and completes in gpu_poll. */
+		int ret = op->s.kind == SUB_SCATTER ? gpu_scatter_ipc(w, op, i, n) : 0;
+		if (ret == 1) {
+			op->posted++;
+			continue;
+		}
+		if (ret == 0)
+			ret = post_wr(w, op, i, n, &len);
 		if (ret == -EAGAIN)
 			return -EAGAIN;
 		if (ret < 0) {
@@ -651,9 +680,17 @@ static void on_tx(struct worker *w, struct wr *wr, int status)
 	w->credits[wr->nic]++;
 	if (wr->sendbuf != UINT32_MAX)
 		w->free_send[w->nfree_send++] = wr->sendbuf;
-	wr_put(w, wr);
+	if (wr->kind == WR_NOTICE) {
+		gpu_notice_done(w, wr, status);
+		return;
+	}
 	op->done++;
 	set_entry_status(op, i, status);
+	/* A scatter entry in a peer's mirror: this context carries its notice. */
+	if (status == 0 && op->s.kind == SUB_SCATTER && gpu_entry_staged(op, i))
+		gpu_entry_landed(w, wr, true);
+	else
+		wr_put(w, wr);
 	if (status < 0) {
 		uint32_t peer = op->s.peer;
 		if (multi_peer(op)) {
@@ -764,6 +801,8 @@ int worker_loop_once(struct worker *w, uint64_t now)
 	n += poll_nics(w);
 	if (w->gpu_count)
 		n += gpu_poll(w);
+	if (w->notice_head)
+		n += gpu_notices_flush(w);
 	if (w->post_head)
 		n += post_pending(w);
 	if (now >= w->next_scan_ns) {
@@ -805,15 +844,19 @@ void worker_quiesce(struct worker *w, int status)
 		poll_nics(w);
 		if (w->gpu_count)
 			gpu_poll(w);
+		if (w->notice_head)
+			gpu_notices_flush(w);
 		flush_overflow(w);
 	}
 	/* Whatever is still posted is abandoned: the endpoints close next, after
 	 * which nothing can complete. */
 	w->gpu_count = 0;
+	w->notice_head = w->notice_tail = NULL;
 	while (w->live.next_live != &w->live) {
 		struct op *op = w->live.next_live;
 		op_fail(op, status);
 		op->done = op->posted;
+		op->notices = 0;
 		op_finish(w, op);
 	}
 	w->post_head = w->post_tail = NULL;

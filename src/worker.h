@@ -5,7 +5,7 @@
 
 #include "engine.h"
 
-enum wr_kind { WR_OP, WR_RECV, WR_HB, WR_PONG };
+enum wr_kind { WR_OP, WR_RECV, WR_HB, WR_PONG, WR_NOTICE /* of one scatter entry */ };
 
 #define MAX_CANCELS 64
 #define GPU_RING 256
@@ -19,7 +19,8 @@ struct wr {
 	uint32_t sendbuf; /* bounce buffer a notice was built in, else UINT32_MAX */
 	uint8_t nic;
 	uint8_t kind;
-	struct wr *next_free;
+	uint8_t staged; /* WR_NOTICE: the entry's range is in the peer's mirror */
+	struct wr *next_free; /* also links notices waiting to be posted */
 };
 
 enum op_path {
@@ -36,7 +37,9 @@ struct op {
 	struct op *next_post;
 	struct op *prev_live, *next_live; /* in-flight list for deadline scans */
 	uint32_t posted, total, done;
+	uint32_t notices; /* scatter: entry notices started and not yet completed */
 	int32_t status;
+	bool cut; /* cancelled, expired or stopped (op_fail): no more notices */
 	uint32_t send_buf;
 	uint8_t nic_base;
 	uint8_t shards;
@@ -103,15 +106,34 @@ struct worker {
 	struct gpu_wait {
 		struct op *op;
 		void *event;
+		struct wr *wr; /* a scatter entry's copy: its notice-to-be; NULL: the whole op */
 	} gpu_ring[GPU_RING];
 	uint32_t gpu_head, gpu_count;
 	void *gpu_stream[GPU_DEVS];
 	void *gpu_events[GPU_DEVS][GPU_RING];
+	struct wr *notice_head, *notice_tail; /* scatter notices waiting for a credit or buffer */
 };
 
 /* gpu_path.c */
 int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len);
+/* How a write reaches remote region r from here. */
+enum op_path gpu_rmr_path(const xfer_engine_t *e, const xfer_rmr_t *r);
 enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s);
+/* Opens r's IPC mapping (once) and readies device dev's stream and the next
+ * ring slot: 0, -EAGAIN (ring full), -EIO with r->ipc_failed set (no IPC to
+ * r after all) or -XFER_ENOGPU. */
+int gpu_ipc_begin(struct worker *w, xfer_rmr_t *r, int dev, void **stream);
+/* Issues one copy of len bytes to dst (device address) on stream. */
+int gpu_copy_to(struct worker *w, void *stream, uint64_t dst, xfer_mr_t *src, uint64_t src_off,
+		uint64_t len);
+/* Records an event behind the copies on dev's stream and parks op (and wr,
+ * for one scatter entry) until it fires. */
+int gpu_ipc_park(struct worker *w, int dev, struct op *op, struct wr *wr);
+/* On the worker as it exits: its CUDA streams and events (copies still
+ * running finish first, in the driver). */
+void gpu_release(struct worker *w);
+/* Writes a notice's message header in front of its body. */
+void gpu_notice_frame(const xfer_engine_t *e, uint8_t *buf, size_t body);
 /* Issues op's same-host GPU copies; 1 when parked until they finish. */
 int gpu_ipc_issue(struct worker *w, struct op *op);
 /* Moves ops whose copies finished on to their notices; returns how many. */
@@ -121,6 +143,22 @@ void op_maybe_finish(struct worker *w, struct op *op);
 uint32_t gpu_notice_count(const xfer_engine_t *e, const struct op *op);
 size_t gpu_notice_build(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf);
 void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len);
+
+/* gpu_scatter.c: scatter entries into GPU regions, each with its own notice. */
+/* Entry i through CUDA IPC: 1 issued and parked, 0 not an IPC entry (post it
+ * to NIC n as usual), -EAGAIN, or the error that fails the entry. */
+int gpu_scatter_ipc(struct worker *w, struct op *op, uint32_t i, unsigned n);
+/* Whether entry i's write landed in a mirror and needs a notice. */
+bool gpu_entry_staged(const struct op *op, uint32_t i);
+/* Entry data is in place (wr carried it, or waits for its IPC copy's
+ * notice): start its notice when one is due, else release wr. */
+void gpu_entry_landed(struct worker *w, struct wr *wr, bool staged);
+/* The IPC copy of an entry finished with status. */
+void gpu_entry_copied(struct worker *w, struct wr *wr, int status);
+/* An entry's notice completed at the provider (credit and buffer returned). */
+void gpu_notice_done(struct worker *w, struct wr *wr, int status);
+/* Posts waiting notices in order; returns how many left the list. */
+int gpu_notices_flush(struct worker *w);
 
 int worker_setup_buffers(struct worker *w);
 void worker_post_initial_recvs(struct worker *w);
@@ -164,6 +202,10 @@ void worker_deliver(struct worker *w, xfer_complete_fn cb, void *ctx, uint64_t u
 void worker_note_deadline(struct worker *w, uint64_t deadline_ns);
 /* Stops posting the rest of op; what is posted still completes normally. */
 void op_fail(struct op *op, int status);
+/* Scatter entry i failed: its status, the op's first error, and a probe of
+ * its member when the error says the peer may be gone. */
+void scatter_entry_failed(struct worker *w, struct op *op, uint32_t i, int status);
+void scatter_entry_status(struct op *op, uint32_t i, int status);
 /* Tells the user now (deadline, peer death); the op lives on until drained. */
 void op_complete_early(struct worker *w, struct op *op, int status);
 struct wr *wr_get(struct worker *w);

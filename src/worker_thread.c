@@ -81,7 +81,8 @@ static void sleep_idle(struct worker *w, uint64_t now)
 	atomic_store(&e->worker_sleeping, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!mpmc_empty_hint(&e->subq) || !mpmc_empty_hint(&e->repost) ||
-	    atomic_load(&e->stopping) || w->post_head || w->ov_count || w->gpu_count)
+	    atomic_load(&e->stopping) || w->post_head || w->ov_count || w->gpu_count ||
+	    w->notice_head)
 		goto awake;
 	for (unsigned n = 0; n < e->nnics; n++)
 		if (e->ops.trywait(&e->nics[n]) != 0)
@@ -152,6 +153,7 @@ static void *worker_main_impl(struct worker_start *st)
 		sleep_idle(w, now);
 	}
 	worker_quiesce(w, -ECANCELED);
+	gpu_release(w);
 	return NULL;
 }
 

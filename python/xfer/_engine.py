@@ -101,7 +101,7 @@ class NicInfo(NamedTuple):
     #: completes once sent; a rejected write still lands nothing, but the
     #: writer is not told.
     delivery_complete: bool
-    gpu_path: str  #: "native" (FI_HMEM) or "staged" through host memory
+    gpu_path: str  #: "native" (FI_HMEM: GPU memory registered in place) or "staged" through host memory
 
 
 class Trace(NamedTuple):

@@ -26,6 +26,8 @@ typedef struct {
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CUDA_ERROR_NOT_READY 600
+#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
+#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1
 
 struct cuda_api {
 	CUresult (*cuInit)(unsigned);
@@ -51,6 +53,11 @@ struct cuda_api {
 	CUresult (*cuEventCreate)(CUevent *, unsigned);
 	CUresult (*cuEventRecord)(CUevent, CUstream);
 	CUresult (*cuEventQuery)(CUevent);
+	CUresult (*cuStreamDestroy)(CUstream);
+	CUresult (*cuEventDestroy)(CUevent);
+	/* Optional (NULL when the driver lacks them): dma-buf export. */
+	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */
@@ -61,5 +68,8 @@ int cuda_use_device(int dev);
 int cuda_device_of(const void *ptr);
 /* Identifies this host among peers (same-host transports need it). */
 uint64_t cuda_host_id(void);
+/* Tests only: make cuda_get() return api (a fake driver) from now on. Call
+ * it before any engine exists. */
+void cuda_api_override(const struct cuda_api *api);
 
 #endif

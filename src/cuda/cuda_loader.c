@@ -12,6 +12,7 @@
 static struct cuda_api api;
 static int api_state; /* 0 unknown, 1 loaded, -1 unavailable */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const struct cuda_api *fake;
 
 #define SYM(field, name)                                                                     \
 	do {                                                                                 \
@@ -53,6 +54,12 @@ static void load(void)
 	SYM(cuEventCreate, "cuEventCreate");
 	SYM(cuEventRecord, "cuEventRecord");
 	SYM(cuEventQuery, "cuEventQuery");
+	SYM(cuStreamDestroy, "cuStreamDestroy_v2");
+	SYM(cuEventDestroy, "cuEventDestroy_v2");
+	/* dma-buf export came with CUDA 11.7; older drivers just stage or
+	 * register by address. */
+	*(void **)&api.cuDeviceGetAttribute = dlsym(lib, "cuDeviceGetAttribute");
+	*(void **)&api.cuMemGetHandleForAddressRange = dlsym(lib, "cuMemGetHandleForAddressRange");
 	int n = 0;
 	if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n == 0) {
 		xinfo("CUDA driver present but no usable GPU");
@@ -61,8 +68,15 @@ static void load(void)
 	api_state = 1;
 }
 
+void cuda_api_override(const struct cuda_api *a)
+{
+	fake = a;
+}
+
 const struct cuda_api *cuda_get(void)
 {
+	if (fake)
+		return fake;
 	pthread_once(&once, load);
 	return api_state == 1 ? &api : NULL;
 }

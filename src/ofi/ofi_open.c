@@ -53,17 +53,18 @@ static const char *expand_provider(const char *p)
 	return p;
 }
 
-static struct fi_info *make_hints(const char *prov, uint64_t op_flags)
+static struct fi_info *make_hints(const char *prov, uint64_t op_flags, bool hmem)
 {
 	struct fi_info *h = fi_allocinfo();
 	if (!h)
 		return NULL;
-	h->caps = FI_MSG | FI_RMA;
+	h->caps = FI_MSG | FI_RMA | (hmem ? FI_HMEM : 0);
 	h->ep_attr->type = FI_EP_RDM;
 	/* We can supply a context per request, so providers that need one work. */
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
-	h->domain_attr->mr_mode =
-		FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	/* FI_MR_HMEM: we register device buffers and always pass their desc. */
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				  FI_MR_ENDPOINT | (hmem ? FI_MR_HMEM : 0);
 	h->domain_attr->threading = FI_THREAD_DOMAIN;
 	h->tx_attr->op_flags = op_flags;
 	h->fabric_attr->prov_name = strdup(prov);
@@ -79,29 +80,67 @@ static bool delivery_complete_broken(const char *prov)
 	return !strcmp(prov, "shm");
 }
 
-/* Returns the matching fi_info list for one provider, trying delivery-complete
- * first: with it a remote write the target rejects is reported to us.
- * XFER_OFI_DELIVERY_COMPLETE=0/1 overrides the choice. */
-static struct fi_info *query(const char *prov)
+/* Providers not asked for FI_HMEM unless XFER_GPU_NATIVE=1. shm: GPU
+ * traffic between processes of one host takes our CUDA IPC path, and with
+ * FI_HMEM shm 1.17 handles a write into a revoked region differently (the
+ * Python pair test then sees the writer's peer declared dead). */
+static bool hmem_unwanted(const char *prov)
 {
+	return !strcmp(prov, "shm");
+}
+
+/* The first NIC of one provider's list that suits us. */
+static struct fi_info *first_usable(struct fi_info *list, const char *prov, const char *domain)
+{
+	for (struct fi_info *fi = list; fi; fi = fi->next) {
+		if (fi->domain_attr->cq_data_size < 4)
+			continue;
+		/* The provider list holds layered names; an exact match keeps
+		 * "tcp;ofi_rxm" from picking a bare "tcp" msg endpoint. */
+		if (strcmp(fi->fabric_attr->prov_name, prov) != 0)
+			continue;
+		if (domain && strcmp(fi->domain_attr->name, domain) != 0)
+			continue;
+		return fi;
+	}
+	return NULL;
+}
+
+/* Finds the NIC for one provider. FI_HMEM (when wanted) is optional and
+ * delivery-complete is preferred: with it a remote write the target rejects
+ * is reported to us. Each is dropped in turn when no NIC offers it, FI_HMEM
+ * last, so that tcp and shm keep working and a NIC never loses
+ * delivery-complete to gain FI_HMEM. XFER_OFI_DELIVERY_COMPLETE=0/1
+ * overrides the delivery choice. */
+static struct fi_info *query(const char *prov, const char *domain, int want_hmem,
+			     struct fi_info **list_out)
+{
+	bool hmem_first = want_hmem == 2 || (want_hmem == 1 && !hmem_unwanted(prov));
 	static const uint64_t tries[] = {FI_DELIVERY_COMPLETE, 0};
 	const char *dc = getenv("XFER_OFI_DELIVERY_COMPLETE");
 	size_t first = delivery_complete_broken(prov) ? 1 : 0;
 	if (dc && *dc)
 		first = !strcmp(dc, "0") ? 1 : 0;
-	for (size_t t = first; t < sizeof(tries) / sizeof(tries[0]); t++) {
-		struct fi_info *h = make_hints(prov, tries[t]), *list = NULL;
-		if (!h)
-			return NULL;
-		int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &list);
-		fi_freeinfo(h);
-		if (ret == 0 && list)
-			return list;
+	for (int hmem = hmem_first ? 1 : 0; hmem >= 0; hmem--) {
+		for (size_t t = first; t < sizeof(tries) / sizeof(tries[0]); t++) {
+			struct fi_info *h = make_hints(prov, tries[t], hmem), *list = NULL;
+			if (!h)
+				return NULL;
+			int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &list);
+			fi_freeinfo(h);
+			struct fi_info *fi = ret == 0 ? first_usable(list, prov, domain) : NULL;
+			if (fi) {
+				*list_out = list;
+				return fi;
+			}
+			fi_freeinfo(list);
+		}
 	}
 	return NULL;
 }
 
-static struct fi_info *pick(const char *provider, const char *domain, struct fi_info **list_out)
+static struct fi_info *pick(const char *provider, const char *domain, int want_hmem,
+			    struct fi_info **list_out)
 {
 	static const char *auto_order[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
 	const char *names[3];
@@ -113,20 +152,9 @@ static struct fi_info *pick(const char *provider, const char *domain, struct fi_
 		names[nnames++] = expand_provider(provider);
 	}
 	for (size_t i = 0; i < nnames; i++) {
-		struct fi_info *list = query(names[i]);
-		for (struct fi_info *fi = list; fi; fi = fi->next) {
-			if (fi->domain_attr->cq_data_size < 4)
-				continue;
-			/* The provider list holds layered names; an exact match keeps
-			 * "tcp;ofi_rxm" from picking a bare "tcp" msg endpoint. */
-			if (strcmp(fi->fabric_attr->prov_name, names[i]) != 0)
-				continue;
-			if (domain && strcmp(fi->domain_attr->name, domain) != 0)
-				continue;
-			*list_out = list;
+		struct fi_info *fi = query(names[i], domain, want_hmem, list_out);
+		if (fi)
 			return fi;
-		}
-		fi_freeinfo(list);
 	}
 	return NULL;
 }
@@ -218,7 +246,7 @@ static int ofi_open(struct xfer_nic *nic, const char *provider, const char *doma
 
 static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain)
 {
-	struct fi_info *list = NULL, *fi = pick(provider, domain, &list);
+	struct fi_info *list = NULL, *fi = pick(provider, domain, nic->want_hmem, &list);
 	if (!fi)
 		return domain ? -ENODEV : -XFER_ENOPROV;
 	struct ofi_nic *o = calloc(1, sizeof(*o));
@@ -267,18 +295,21 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	nic->rx_size = (uint32_t)(fi->rx_attr->size > 65536 ? 65536 : fi->rx_attr->size);
 	nic->max_msg = fi->ep_attr->max_msg_size;
 	nic->key_bits = (o->mr_mode & FI_MR_PROV_KEY) ? 0 : (uint32_t)(fi->domain_attr->mr_key_size * 8);
-	nic->hmem = (fi->caps & FI_HMEM) ? "native" : "staged";
+	atomic_store(&nic->gpu_native, (fi->caps & FI_HMEM) != 0);
+	nic->dmabuf = OFI_HAVE_DMABUF && (fi->caps & FI_HMEM);
 	nic->delivery_complete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
-	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d", nic->index, nic->provider,
-	      nic->domain, (unsigned long long)o->mr_mode, nic->tx_size, nic->rx_size, o->wait_fd);
+	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d, GPU memory %s", nic->index,
+	      nic->provider, nic->domain, (unsigned long long)o->mr_mode, nic->tx_size, nic->rx_size,
+	      o->wait_fd, (fi->caps & FI_HMEM) ? "native (FI_HMEM)" : "staged");
 	return 0;
 nomem:
 	ofi_close(nic);
 	return -ENOMEM;
 }
 
-/* Defined in ofi_ops.c. */
-int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, struct nic_mr *out);
+/* Defined in ofi_mr.c and ofi_ops.c. */
+int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, const struct nic_mem *mem,
+	       struct nic_mr *out);
 void ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr);
 int ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest);
 int ofi_av_remove(struct xfer_nic *nic, uint64_t dest);

@@ -1,5 +1,5 @@
-/* The libfabric data path: posting, polling and registration for one NIC.
- * Runs on the NIC's worker thread only (FI_THREAD_DOMAIN). */
+/* The libfabric data path: posting and polling for one NIC (registration is
+ * in ofi_mr.c). Runs on the NIC's worker thread only (FI_THREAD_DOMAIN). */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,38 +13,6 @@
 #include "../backend.h"
 #include "../log.h"
 #include "ofi_nic.h"
-
-int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, struct nic_mr *out)
-{
-	struct ofi_nic *o = nic->priv;
-	struct fid_mr *mr = NULL;
-	uint64_t access = FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ;
-	int ret = fi_mr_reg(o->domain, buf, len, access, 0, key, 0, &mr, NULL);
-	if (ret)
-		return ofi_errno(ret);
-	if (o->mr_mode & FI_MR_ENDPOINT) {
-		ret = fi_mr_bind(mr, &o->ep->fid, 0);
-		if (!ret)
-			ret = fi_mr_enable(mr);
-		if (ret) {
-			fi_close(&mr->fid);
-			return ofi_errno(ret);
-		}
-	}
-	out->handle = mr;
-	out->desc = fi_mr_desc(mr);
-	out->key = fi_mr_key(mr);
-	out->base = (o->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
-	return 0;
-}
-
-void ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr)
-{
-	(void)nic;
-	if (mr->handle)
-		fi_close(&((struct fid_mr *)mr->handle)->fid);
-	mr->handle = NULL;
-}
 
 int ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest)
 {

@@ -2,10 +2,17 @@
 //   ipc     GPU -> GPU through CUDA IPC (NVLink between two H200s)
 //   staged  GPU -> GPU through pinned host mirrors and notices (XFER_GPU_IPC=0)
 //   h2g     host -> GPU,  g2h  GPU -> host
+//   native  GPU -> GPU written in place through FI_HMEM (XFER_GPU_IPC=0,
+//           XFER_GPU_NATIVE=1); exits 77 (skipped) unless both ends' NICs
+//           really register GPU memory in place
 // Single writes and paged writes are verified byte for byte on the GPU of the
-// receiver, which learns of them only from immediate counters. Then the
-// watcher inside a CUDA Graph: a captured kernel bumps the word, the host
-// callback answers, and the kernel times the round trip.
+// receiver, which learns of them only from immediate counters.
+//   scatter-ipc | scatter-staged | scatter-native  one scatter of 12 entries
+//           (lengths 0 .. 3 MiB) into a GPU region and a host region of the
+//           receiver, first from a GPU source, then from a host source;
+//           verified on both, with one completion and every entry's status
+// Then the watcher inside a CUDA Graph: a captured kernel bumps the word, the
+// host callback answers, and the kernel times the round trip.
 #include <algorithm>
 #include <vector>
 
@@ -44,6 +51,29 @@ static std::vector<uint32_t> perm(uint32_t n, uint32_t seed)
 
 static bool src_on_gpu(void) { return strcmp(mode, "h2g") != 0; }
 static bool dst_on_gpu(void) { return strcmp(mode, "g2h") != 0; }
+static bool native_mode(void) { return strstr(mode, "native") != NULL; }
+
+static const char *gpu_path(xfer_engine_t *e)
+{
+	struct xfer_nic_info ni;
+	XK(xfer_engine_nic_info(e, 0, &ni));
+	return ni.gpu_path;
+}
+
+// In the native modes both ends must have registered GPU memory in place;
+// where a provider offers no usable FI_HMEM (it then stages) both skip.
+static bool native_ok(int fd, xfer_engine_t *e)
+{
+	if (!native_mode())
+		return true;
+	uint64_t mine = !strcmp(gpu_path(e), "native");
+	send_u64(fd, mine);
+	uint64_t theirs = recv_u64(fd);
+	if (!mine || !theirs)
+		printf("SKIP: %s: no usable FI_HMEM on %s (this end: %s)\n", mode,
+		       xfer_engine_provider(e), gpu_path(e));
+	return mine && theirs;
+}
 
 static int sender(int fd, int dev)
 {
@@ -65,6 +95,8 @@ static int sender(int fd, int dev)
 		fprintf(stderr, "region kind not detected\n");
 		return 1;
 	}
+	if (!native_ok(fd, e))
+		return 77;
 	uint8_t desc[XFER_DESC_MAX];
 	size_t dl = get_blob(fd, desc, sizeof(desc));
 	xfer_rmr_t *dst;
@@ -117,6 +149,8 @@ static int receiver(int fd, int dev)
 	}
 	xfer_mr_t *mr;
 	XK(xfer_mr_reg(e, dst, LEN, &mr));
+	if (!native_ok(fd, e))
+		return 77;
 	struct xfer_completion c;
 	memset(&c, 0, sizeof(c));
 	XK(xfer_expect_imm(e, 1, 1, &c));
@@ -153,6 +187,156 @@ static int receiver(int fd, int dev)
 	send_u64(fd, 2);
 	XK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
+	return 0;
+}
+
+// ------------------------------------------------------------- scatter
+
+#define SC_LEN (16u << 20)
+#define SC_N 12
+static const uint64_t sc_lens[SC_N] = {4096, 0, 0, 1, (1u << 20) + 3, 65537, 3u << 20, 777, 1, 0, 8192, 100000};
+
+// Entry k: even k into the receiver's GPU region, odd k into its host one;
+// each its own slice, with a gap after it that must stay zero.
+static struct xfer_scatter_entry sc_entry(int k)
+{
+	struct xfer_scatter_entry en;
+	memset(&en, 0, sizeof(en));
+	en.member = 0;
+	en.len = sc_lens[k];
+	en.src_off = (uint64_t)k * (1u << 20) + 5;
+	en.dst_off = (uint64_t)(k / 2) * ((3u << 20) + 4096) + 16;
+	return en;
+}
+
+static int scatter_sender(int fd, int dev)
+{
+	CK(cudaSetDevice(dev));
+	xfer_peer_t peer;
+	xfer_engine_t *e = gpu_engine(fd, &peer);
+	uint8_t *gsrc, *hsrc = (uint8_t *)malloc(SC_LEN);
+	CK(cudaMalloc(&gsrc, SC_LEN));
+	fill<<<256, 256>>>(gsrc, SC_LEN, 11);
+	CK(cudaDeviceSynchronize());
+	host_fill(hsrc, SC_LEN, 12);
+	xfer_mr_t *gmr, *hmr;
+	XK(xfer_mr_reg(e, gsrc, SC_LEN, &gmr));
+	XK(xfer_mr_reg(e, hsrc, SC_LEN, &hmr));
+	if (!native_ok(fd, e))
+		return 77;
+	uint8_t desc[XFER_DESC_MAX];
+	size_t dl = get_blob(fd, desc, sizeof(desc));
+	xfer_rmr_t *gdst, *hdst;
+	XK(xfer_rmr_import(e, peer, desc, dl, &gdst));
+	dl = get_blob(fd, desc, sizeof(desc));
+	XK(xfer_rmr_import(e, peer, desc, dl, &hdst));
+	xfer_group_t *g;
+	XK(xfer_group_create(e, &peer, 1, &g));
+	struct xfer_scatter_entry en[SC_N];
+	int32_t status[SC_N];
+	for (int k = 0; k < SC_N; k++) {
+		en[k] = sc_entry(k);
+		en[k].dst = k % 2 ? hdst : gdst;
+	}
+	for (int round = 0; round < 2; round++) {
+		if (recv_u64(fd) != 10 + (uint64_t)round)
+			return 1;
+		for (int k = 0; k < SC_N; k++)
+			status[k] = 12345;
+		struct xfer_scatter sc;
+		memset(&sc, 0, sizeof(sc));
+		sc.src = round == 0 ? gmr : hmr;
+		sc.entries = en;
+		sc.n = SC_N;
+		sc.imm = 10 + round;
+		sc.flags = XFER_F_IMM;
+		sc.status = status;
+		struct xfer_completion c;
+		memset(&c, 0, sizeof(c));
+		c.user_data = 77 + round;
+		XK(xfer_scatter(e, g, &sc, &c));
+		struct xfer_cqe cqe = gpu_wait(e);
+		XK(cqe.res);
+		if (cqe.user_data != 77 + (uint64_t)round || cqe.kind != XFER_OP_SCATTER) {
+			fprintf(stderr, "%s: wrong completion\n", mode);
+			return 1;
+		}
+		for (int k = 0; k < SC_N; k++)
+			if (status[k] != 0) {
+				fprintf(stderr, "%s: entry %d status %d\n", mode, k, status[k]);
+				return 1;
+			}
+		struct xfer_cqe extra;
+		if (xfer_cq_poll(e, &extra, 1) != 0) {
+			fprintf(stderr, "%s: a second completion\n", mode);
+			return 1;
+		}
+		send_u64(fd, 20 + round);
+	}
+	if (recv_u64(fd) != 30)
+		return 1;
+	XK(xfer_group_destroy(g));
+	xfer_rmr_free(gdst);
+	xfer_rmr_free(hdst);
+	XK(xfer_mr_dereg(gmr));
+	XK(xfer_mr_dereg(hmr));
+	xfer_engine_destroy(e);
+	CK(cudaFree(gsrc));
+	free(hsrc);
+	return 0;
+}
+
+static int scatter_receiver(int fd, int dev)
+{
+	CK(cudaSetDevice(dev));
+	xfer_peer_t peer;
+	xfer_engine_t *e = gpu_engine(fd, &peer);
+	uint8_t *gdst, *hdst = (uint8_t *)calloc(1, SC_LEN);
+	CK(cudaMalloc(&gdst, SC_LEN));
+	xfer_mr_t *gmr, *hmr;
+	XK(xfer_mr_reg(e, gdst, SC_LEN, &gmr));
+	XK(xfer_mr_reg(e, hdst, SC_LEN, &hmr));
+	if (!native_ok(fd, e))
+		return 77;
+	uint8_t desc[XFER_DESC_MAX];
+	int dl = xfer_mr_desc(gmr, desc, sizeof(desc), NULL);
+	XK(dl);
+	put_blob(fd, desc, (size_t)dl);
+	dl = xfer_mr_desc(hmr, desc, sizeof(desc), NULL);
+	XK(dl);
+	put_blob(fd, desc, (size_t)dl);
+	std::vector<uint8_t> got(SC_LEN), want(SC_LEN);
+	for (int round = 0; round < 2; round++) {
+		CK(cudaMemset(gdst, 0, SC_LEN));
+		CK(cudaDeviceSynchronize());
+		memset(hdst, 0, SC_LEN);
+		struct xfer_completion c;
+		memset(&c, 0, sizeof(c));
+		XK(xfer_expect_imm(e, 10 + round, SC_N, &c));
+		send_u64(fd, 10 + round);
+		XK(gpu_wait(e).res);
+		host_fill(want.data(), SC_LEN, round == 0 ? 11 : 12);
+		CK(cudaMemcpy(got.data(), gdst, SC_LEN, cudaMemcpyDeviceToHost));
+		for (int k = 0; k < SC_N; k++) {
+			struct xfer_scatter_entry en = sc_entry(k);
+			const uint8_t *d = (k % 2 ? hdst : got.data()) + en.dst_off;
+			if (memcmp(d, want.data() + en.src_off, en.len) != 0 || d[en.len] != 0) {
+				fprintf(stderr, "%s: round %d entry %d (%s, %llu bytes) wrong\n", mode, round, k,
+					k % 2 ? "host" : "GPU", (unsigned long long)en.len);
+				return 1;
+			}
+		}
+		if (recv_u64(fd) != 20 + (uint64_t)round)
+			return 1;
+	}
+	printf("%s: %d entries (0 .. 3 MiB) into a GPU and a host region, from a GPU and a host "
+	       "source, verified\n", mode, SC_N);
+	send_u64(fd, 30);
+	XK(xfer_mr_dereg(gmr));
+	XK(xfer_mr_dereg(hmr));
+	xfer_engine_destroy(e);
+	CK(cudaFree(gdst));
+	free(hdst);
 	return 0;
 }
 
@@ -242,21 +426,28 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "watcher"))
 		return watcher_case();
-	if (!strcmp(mode, "staged"))
+	if (strstr(mode, "staged"))
 		setenv("XFER_GPU_IPC", "0", 1);
+	if (native_mode()) {
+		setenv("XFER_GPU_IPC", "0", 1);
+		setenv("XFER_GPU_NATIVE", "1", 1);
+	}
+	bool scatter = !strncmp(mode, "scatter", 7);
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return 1;
 	pid_t p = fork();
 	if (p == 0) {
 		close(sv[0]);
-		int rc_ = receiver(sv[1], gpus > 1 ? 1 : 0);
+		int rc_ = (scatter ? scatter_receiver : receiver)(sv[1], gpus > 1 ? 1 : 0);
 		fflush(stdout);
 		_exit(rc_);
 	}
 	close(sv[1]);
-	int rc = sender(sv[0], 0);
+	int rc = (scatter ? scatter_sender : sender)(sv[0], 0);
 	int st = 0;
 	waitpid(p, &st, 0);
+	if (rc == 77 && WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		return 77;
 	return rc || !WIFEXITED(st) || WEXITSTATUS(st) ? 1 : 0;
 }

@@ -1,0 +1,34 @@
+/* A fake CUDA driver for host-only tests of the GPU paths. Its "device
+ * memory" is host memory in a memfd, so an IPC handle made in one process
+ * opens in another; asynchronous copies run only when their event is
+ * queried for the third time, so a notice sent before the copy finished
+ * would deliver an immediate ahead of the data and fail the test. Nothing
+ * here says anything about a real GPU or NIC. */
+#ifndef XFER_FAKE_CUDA_H
+#define XFER_FAKE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct fake_cuda_counts {
+	uint64_t host_allocs;    /* pinned mirrors */
+	uint64_t dtoh;           /* staging copies out of device memory */
+	uint64_t htod;           /* copies into device memory (notices, IPC from host) */
+	uint64_t dtod;           /* IPC copies between devices */
+	uint64_t ipc_opens;
+	uint64_t dmabuf_exports;
+	uint64_t last_dmabuf_ptr, last_dmabuf_size;
+};
+
+/* Makes libxfer use the fake driver in this process (before any engine). */
+void fake_cuda_install(void);
+/* Device memory of device `dev`, zeroed. */
+void *fake_cuda_alloc(size_t len, int dev);
+void fake_cuda_free(void *p);
+/* While on, no asynchronous copy finishes (events stay not ready). */
+void fake_cuda_hold_events(int on);
+/* Whether devices report dma-buf export (default 1). */
+void fake_cuda_set_dmabuf(int on);
+struct fake_cuda_counts fake_cuda_counts(void);
+
+#endif

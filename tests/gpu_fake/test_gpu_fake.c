@@ -1,0 +1,372 @@
+/* The GPU paths on a host without a GPU, through the fake driver of
+ * fake_cuda.c ("device memory" is host memory; same-host IPC maps it from
+ * the other process). What this proves: the engine's staging, notices, IPC
+ * parking and their completion and immediate accounting, over the real
+ * providers. What it cannot: anything about a real GPU or copy engine.
+ *
+ *   scatter-staged | scatter-ipc  root scatters to 3 members, each with a
+ *       GPU and a host region; entries of every length class, len 0 ones
+ *       included, first from a GPU source, then from a host source
+ *   write-staged | write-ipc  a single and a paged write from a GPU source
+ *       into a GPU region
+ *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
+ *       it completes with -ETIMEDOUT, and once the copies finish no
+ *       immediate is counted for them (host entries still count theirs)
+ * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors). */
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_cuda.h"
+#include "helpers.h"
+
+#define NCHILD 3
+#define SLEN (1u << 20)
+#define DLEN (1u << 20)
+#define IMM_BASE 0x6a0
+
+static bool staged;
+
+/* -------------------------------------------------------------- scatter */
+
+static const uint64_t lens[] = {4096, 0, 0, 1, 100000, 65537, 777, 3}; /* 0: host (k=1,9) and GPU (k=2,10) */
+
+/* Entry k: member k % NCHILD; even k into the member's GPU region, odd k
+ * into its host region; each entry its own slice of dst. */
+#define NENT 14
+static struct xfer_scatter_entry entry(int k)
+{
+	struct xfer_scatter_entry en = {0};
+	en.member = (uint32_t)(k % NCHILD);
+	en.len = lens[k % 8];
+	en.src_off = (uint64_t)k * 70001;
+	en.dst_off = (uint64_t)(k / NCHILD) * 110000 + 8;
+	return en;
+}
+
+static bool to_gpu(int k)
+{
+	return k % 2 == 0;
+}
+
+static int scatter_child(int idx, int fd, void *arg)
+{
+	(void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t root = t_connect(e, fd);
+	(void)root;
+	uint8_t *gpu = fake_cuda_alloc(DLEN, 1), *host = calloc(1, DLEN);
+	uint8_t *want = malloc(SLEN);
+	CHECK(gpu && host && want);
+	xfer_mr_t *gmr, *hmr;
+	CHECK_OK(xfer_mr_reg(e, gpu, DLEN, &gmr));
+	CHECK_OK(xfer_mr_reg(e, host, DLEN, &hmr));
+	CHECK(xfer_mr_is_gpu(gmr) == 1 && xfer_mr_is_gpu(hmr) == -1);
+	t_send_desc(fd, gmr);
+	t_send_desc(fd, hmr);
+	uint32_t mine = 0;
+	for (int k = 0; k < NENT; k++)
+		mine += entry(k).member == (uint32_t)idx;
+	for (int round = 0; round < 2; round++) {
+		memset(gpu, 0, DLEN);
+		memset(host, 0, DLEN);
+		t_sync_worker(e);
+		struct xfer_completion c = {.user_data = 100 + (uint64_t)round};
+		CHECK_OK(xfer_expect_imm(e, IMM_BASE + (uint32_t)round, mine, &c));
+		t_send_u64(fd, 1); /* armed */
+		struct xfer_cqe cqe = t_wait_cqe(e, 30000);
+		CHECK(cqe.user_data == 100 + (uint64_t)round);
+		CHECK_RC(cqe.res, 0);
+		t_fill(want, SLEN, round == 0 ? 5 : 6);
+		for (int k = 0; k < NENT; k++) {
+			struct xfer_scatter_entry en = entry(k);
+			if (en.member != (uint32_t)idx)
+				continue;
+			uint8_t *dst = to_gpu(k) ? gpu : host;
+			if (memcmp(dst + en.dst_off, want + en.src_off, en.len) != 0) {
+				fprintf(stderr, "member %d entry %d (%s, %llu bytes) wrong\n", idx, k,
+					to_gpu(k) ? "GPU" : "host", (unsigned long long)en.len);
+				return 1;
+			}
+			/* The byte after every slice is untouched (len 0: the first). */
+			CHECK(dst[en.dst_off + en.len] == 0);
+		}
+		CHECK(t_recv_u64(fd) == 2);
+	}
+	/* Staged: the bytes reached our GPU through the mirror, copied here
+	 * when the notices arrived. IPC: the root copied them in; no copy here. */
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(staged ? fc.htod > 0 : fc.htod == 0);
+	t_send_u64(fd, 3);
+	CHECK_OK(xfer_mr_dereg(gmr));
+	CHECK_OK(xfer_mr_dereg(hmr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(host);
+	free(want);
+	return 0;
+}
+
+static int scatter_root(int n, const int *fds, void *arg)
+{
+	(void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t peers[NCHILD];
+	xfer_rmr_t *grmr[NCHILD], *hrmr[NCHILD];
+	for (int i = 0; i < n; i++)
+		peers[i] = t_connect(e, fds[i]);
+	for (int i = 0; i < n; i++) {
+		grmr[i] = t_recv_rmr(e, peers[i], fds[i]);
+		hrmr[i] = t_recv_rmr(e, peers[i], fds[i]);
+	}
+	uint8_t *gsrc = fake_cuda_alloc(SLEN, 0), *hsrc = malloc(SLEN);
+	CHECK(gsrc && hsrc);
+	t_fill(gsrc, SLEN, 5);
+	t_fill(hsrc, SLEN, 6);
+	xfer_mr_t *gmr, *hmr;
+	CHECK_OK(xfer_mr_reg(e, gsrc, SLEN, &gmr));
+	CHECK_OK(xfer_mr_reg(e, hsrc, SLEN, &hmr));
+	xfer_group_t *g;
+	CHECK_OK(xfer_group_create(e, peers, (uint32_t)n, &g));
+	struct xfer_scatter_entry en[NENT];
+	int32_t status[NENT];
+	for (int k = 0; k < NENT; k++) {
+		en[k] = entry(k);
+		en[k].dst = to_gpu(k) ? grmr[en[k].member] : hrmr[en[k].member];
+	}
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < n; i++)
+			CHECK(t_recv_u64(fds[i]) == 1);
+		for (int k = 0; k < NENT; k++)
+			status[k] = 12345;
+		struct xfer_scatter sc = {.src = round == 0 ? gmr : hmr, .entries = en, .n = NENT,
+					  .imm = IMM_BASE + (uint32_t)round, .flags = XFER_F_IMM,
+					  .status = status};
+		struct xfer_completion c = {.user_data = 7 + (uint64_t)round};
+		CHECK_OK(xfer_scatter(e, g, &sc, &c));
+		struct xfer_cqe cqe = t_wait_cqe(e, 30000);
+		CHECK(cqe.user_data == 7 + (uint64_t)round && cqe.kind == XFER_OP_SCATTER);
+		CHECK_RC(cqe.res, 0);
+		for (int k = 0; k < NENT; k++)
+			CHECK_RC(status[k], 0);
+		/* Exactly one completion per scatter. */
+		t_sync_worker(e);
+		struct xfer_cqe extra;
+		CHECK(xfer_cq_poll(e, &extra, 1) == 0);
+		for (int i = 0; i < n; i++)
+			t_send_u64(fds[i], 2);
+	}
+	for (int i = 0; i < n; i++)
+		CHECK(t_recv_u64(fds[i]) == 3);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	if (staged) {
+		CHECK(fc.ipc_opens == 0);
+		CHECK(fc.dtoh > 0); /* the GPU source was staged through its mirror */
+	} else {
+		CHECK(fc.ipc_opens == (uint64_t)n);
+		CHECK(fc.dtod > 0 && fc.htod > 0); /* GPU and host sources, copied in */
+	}
+	CHECK_OK(xfer_group_destroy(g));
+	for (int i = 0; i < n; i++) {
+		xfer_rmr_free(grmr[i]);
+		xfer_rmr_free(hrmr[i]);
+	}
+	CHECK_OK(xfer_mr_dereg(gmr));
+	CHECK_OK(xfer_mr_dereg(hmr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gsrc);
+	free(hsrc);
+	printf("scatter (%s): %d entries x 2 rounds to %d members verified\n", staged ? "staged" : "ipc",
+	       NENT, n);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- writes */
+
+#define WLEN (1u << 20)
+#define PAGES 64u
+#define PAGE 4096u
+
+static int write_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	t_connect(e, fd);
+	uint8_t *gpu = fake_cuda_alloc(WLEN, 2), *want = malloc(WLEN);
+	CHECK(gpu && want);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, 1, 1, &c));
+	t_send_desc(fd, mr);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	t_fill(want, WLEN, 9);
+	CHECK(memcmp(gpu, want, WLEN) == 0);
+	memset(gpu, 0, WLEN);
+	t_sync_worker(e);
+	CHECK_OK(xfer_expect_imm(e, 2, PAGES, &c));
+	t_send_u64(fd, 1);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	for (uint32_t i = 0; i < PAGES; i++)
+		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * PAGE, want + (size_t)i * PAGE, PAGE) == 0);
+	t_send_u64(fd, 2);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(want);
+	return 0;
+}
+
+static int write_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t peer = t_connect(e, fd);
+	uint8_t *src = fake_cuda_alloc(WLEN, 0);
+	CHECK(src);
+	t_fill(src, WLEN, 9);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, src, WLEN, &mr));
+	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
+	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = 1, .flags = XFER_F_IMM};
+	CHECK_OK(xfer_write(e, &w, NULL));
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	uint32_t sp[PAGES], dp[PAGES];
+	for (uint32_t i = 0; i < PAGES; i++) {
+		sp[i] = i;
+		dp[i] = (i * 7) % PAGES;
+	}
+	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = PAGE, .src_pages = sp,
+				      .src_stride = PAGE, .dst_pages = dp, .dst_stride = PAGE,
+				      .npages = PAGES, .imm = 2, .flags = XFER_F_IMM};
+	CHECK(t_recv_u64(fd) == 1);
+	CHECK_OK(xfer_write_paged(e, &pw, NULL));
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 2);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod > 0);
+	xfer_rmr_free(dst);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(src);
+	printf("write (%s): single and %u pages verified\n", staged ? "staged" : "ipc", PAGES);
+	return 0;
+}
+
+/* ------------------------------------------------------------ cut short */
+
+#define IMM_CUT 0x6c7
+
+static int cut_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	t_connect(e, fd);
+	uint8_t *gpu = fake_cuda_alloc(DLEN, 1), *host = calloc(1, DLEN);
+	CHECK(gpu && host);
+	xfer_mr_t *gmr, *hmr;
+	CHECK_OK(xfer_mr_reg(e, gpu, DLEN, &gmr));
+	CHECK_OK(xfer_mr_reg(e, host, DLEN, &hmr));
+	t_send_desc(fd, gmr);
+	t_send_desc(fd, hmr);
+	/* The two host entries count; the two GPU ones must not. */
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_CUT, 2, &c));
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 1); /* the root's op has finished */
+	usleep(200000);
+	t_sync_worker(e);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(e, IMM_CUT, &extra));
+	CHECK(extra == 0);
+	t_send_u64(fd, 2);
+	CHECK_OK(xfer_mr_dereg(gmr));
+	CHECK_OK(xfer_mr_dereg(hmr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(host);
+	return 0;
+}
+
+static int cut_root(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t peer = t_connect(e, fd);
+	xfer_rmr_t *grmr = t_recv_rmr(e, peer, fd), *hrmr = t_recv_rmr(e, peer, fd);
+	uint8_t *src = malloc(SLEN);
+	CHECK(src);
+	t_fill(src, SLEN, 8);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, src, SLEN, &mr));
+	xfer_group_t *g;
+	CHECK_OK(xfer_group_create(e, &peer, 1, &g));
+	struct xfer_scatter_entry en[4];
+	for (int k = 0; k < 4; k++)
+		en[k] = (struct xfer_scatter_entry){.member = 0, .src_off = (uint64_t)k * 1000, .len = 1000,
+						    .dst = k % 2 ? hrmr : grmr,
+						    .dst_off = (uint64_t)k * 1000};
+	int32_t status[4];
+	struct xfer_scatter sc = {.src = mr, .entries = en, .n = 4, .imm = IMM_CUT, .flags = XFER_F_IMM,
+				  .status = status};
+	fake_cuda_hold_events(1);
+	struct xfer_completion c = {.user_data = 5, .timeout_ms = 30, .tag = 77};
+	CHECK_OK(xfer_scatter(e, g, &sc, &c));
+	struct xfer_cqe cqe = t_wait_cqe(e, 30000);
+	CHECK(cqe.user_data == 5);
+	CHECK_RC(cqe.res, -ETIMEDOUT);
+	/* The copies finish after the deadline: no notice may follow them. The
+	 * cancel completes once the op has drained (nothing of it was cut). */
+	fake_cuda_hold_events(0);
+	c = (struct xfer_completion){.user_data = 6};
+	CHECK_OK(xfer_cancel(e, 77, &c));
+	cqe = t_wait_cqe(e, 30000);
+	CHECK(cqe.user_data == 6 && cqe.kind == XFER_OP_CANCEL && cqe.res == 0);
+	CHECK(fake_cuda_counts().ipc_opens == 1);
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	CHECK_OK(xfer_group_destroy(g));
+	xfer_rmr_free(grmr);
+	xfer_rmr_free(hrmr);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	free(src);
+	printf("scatter-cut: expired scatter counted no immediate for its late GPU copies\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "scatter-ipc";
+	staged = strstr(mode, "-staged") != NULL;
+	if (staged)
+		setenv("XFER_GPU_IPC", "0", 1);
+	if (!strcmp(mode, "scatter-cut"))
+		return t_run_procs(1, cut_target, cut_root, NULL);
+	if (!strncmp(mode, "scatter", 7))
+		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
+	if (!strncmp(mode, "write", 5))
+		return t_run_procs(1, write_target, write_source, NULL);
+	fprintf(stderr, "unknown mode %s\n", mode);
+	return 2;
+}
