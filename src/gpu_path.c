@@ -33,15 +33,55 @@ static int use_dev(struct worker *w, int dev)
 	return ret;
 }
 
+/* The worker's own stream on `dev`, made current. It is non-blocking: a
+ * synchronous cuMemcpy would go on the legacy default stream, which is
+ * where PyTorch and most applications queue their kernels, and so would
+ * wait for every kernel queued so far (a whole prefill) before copying. */
+static CUstream worker_stream(struct worker *w, int dev)
+{
+	const struct cuda_api *c = cuda_get();
+	if (!c || dev < 0 || dev >= GPU_DEVS || use_dev(w, dev))
+		return NULL;
+	if (!w->gpu_stream[dev] && c->cuStreamCreate((CUstream *)&w->gpu_stream[dev], CU_STREAM_NON_BLOCKING))
+		return NULL;
+	return w->gpu_stream[dev];
+}
+
+/* Staging copies still block the worker, but only for their own bytes. The
+ * application must have finished writing a source before it submits (as
+ * with any RDMA library); nothing here waits for its streams. */
 int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len)
 {
 	const struct cuda_api *c = cuda_get();
 	if (!len || src->gpu < 0 || !src->reg_buf)
 		return 0; /* host memory, or GPU memory the NICs read in place */
-	if (!c || use_dev(w, src->gpu))
+	CUstream st = worker_stream(w, src->gpu);
+	if (!st)
 		return -XFER_ENOGPU;
 	CUdeviceptr from = (CUdeviceptr)(uintptr_t)src->buf + off;
-	return c->cuMemcpyDtoH((uint8_t *)src->reg_buf + off, from, len) ? -EIO : 0;
+	if (c->cuMemcpyDtoHAsync((uint8_t *)src->reg_buf + off, from, len, st) || c->cuStreamSynchronize(st))
+		return -EIO;
+	return 0;
+}
+
+int gpu_stage_pages(struct worker *w, const struct xfer_paged_write *pw)
+{
+	const struct cuda_api *c = cuda_get();
+	xfer_mr_t *src = pw->src;
+	if (!pw->page_len || src->gpu < 0 || !src->reg_buf)
+		return 0;
+	CUstream st = worker_stream(w, src->gpu);
+	if (!st)
+		return -XFER_ENOGPU;
+	/* One synchronization for the whole call, not one per page. Bounds
+	 * were proven at submission. */
+	for (uint32_t i = 0; i < pw->npages; i++) {
+		uint64_t off = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
+		if (c->cuMemcpyDtoHAsync((uint8_t *)src->reg_buf + off, (CUdeviceptr)(uintptr_t)src->buf + off,
+					 pw->page_len, st))
+			return -EIO;
+	}
+	return c->cuStreamSynchronize(st) ? -EIO : 0;
 }
 
 enum op_path gpu_rmr_path(const xfer_engine_t *e, const xfer_rmr_t *r)
@@ -85,7 +125,7 @@ int gpu_ipc_begin(struct worker *w, xfer_rmr_t *r, int dev, void **stream)
 	/* Any device's context can open the handle; the caller prefers the source's. */
 	if (use_dev(w, dev))
 		return -XFER_ENOGPU;
-	if (!w->gpu_stream[dev] && c->cuStreamCreate((CUstream *)&w->gpu_stream[dev], CU_STREAM_NON_BLOCKING))
+	if (!worker_stream(w, dev))
 		return -XFER_ENOGPU;
 	uint32_t slot = (w->gpu_head + w->gpu_count) % GPU_RING;
 	void **ev = &w->gpu_events[dev][slot];
@@ -275,7 +315,8 @@ void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len)
 		xfer_mr_t *mr = mr_find(e, id);
 		const struct cuda_api *c = cuda_get();
 		/* Ranges name mirror bytes: a region written in place has none. */
-		if (!mr || mr->gpu < 0 || !mr->reg_buf || !mr->registered || !c || use_dev(w, mr->gpu)) {
+		CUstream st = mr && mr->gpu >= 0 && mr->reg_buf && mr->registered ? worker_stream(w, mr->gpu) : NULL;
+		if (!st) {
 			xwarn("dropping a notice for region %llu: not a live GPU region here",
 			      (unsigned long long)id);
 			return;
@@ -295,11 +336,15 @@ void gpu_notice_received(struct worker *w, const uint8_t *body, size_t len)
 			uint64_t off, l;
 			memcpy(&off, p, 8);
 			memcpy(&l, p + 8, 8);
-			if (l && c->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)mr->buf + off,
-						 (const uint8_t *)mr->reg_buf + off, l)) {
+			if (l && c->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)mr->buf + off,
+						      (const uint8_t *)mr->reg_buf + off, l, st)) {
 				xerr("copy to GPU failed; immediates of this notice withheld");
 				return;
 			}
+		}
+		if (c->cuStreamSynchronize(st)) {
+			xerr("copy to GPU failed; immediates of this notice withheld");
+			return;
 		}
 	}
 	for (uint32_t i = 0; i < count; i++)

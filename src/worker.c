@@ -257,8 +257,11 @@ static int build(struct worker *w, struct op *op, uint32_t i, unsigned n, struct
 		const struct xfer_paged_write *pw = &s->u.paged;
 		/* Bounds were proven at submission; these cannot overflow. */
 		uint64_t soff = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
-		if (gpu_stage_src(w, pw->src, soff, pw->page_len))
-			return -EIO;
+		if (!op->src_staged) {
+			if (gpu_stage_pages(w, pw))
+				return -EIO;
+			op->src_staged = true;
+		}
 		nw->buf = (uint8_t *)(pw->src->reg_buf ? pw->src->reg_buf : pw->src->buf) + soff;
 		nw->len = pw->page_len;
 		nw->desc = pw->src->nic[n].desc;

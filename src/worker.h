@@ -44,6 +44,7 @@ struct op {
 	uint8_t nic_base;
 	uint8_t shards;
 	bool lanes_init;
+	bool src_staged; /* a paged write's GPU source is in its mirror */
 	uint32_t lane_next[XFER_NIC_MAX]; /* paged writes: next page per NIC */
 	bool user_done; /* the user already got its completion (deadline, peer death) */
 	bool queued;    /* in the posting FIFO */
@@ -116,6 +117,8 @@ struct worker {
 
 /* gpu_path.c */
 int gpu_stage_src(struct worker *w, xfer_mr_t *src, uint64_t off, uint64_t len);
+/* Every page of a paged write from a GPU region, into its mirror, at once. */
+int gpu_stage_pages(struct worker *w, const struct xfer_paged_write *pw);
 /* How a write reaches remote region r from here. */
 enum op_path gpu_rmr_path(const xfer_engine_t *e, const xfer_rmr_t *r);
 enum op_path gpu_classify(const xfer_engine_t *e, const struct sub *s);

@@ -50,6 +50,8 @@ struct cuda_api {
 	CUresult (*cuStreamCreate)(CUstream *, unsigned);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuStreamSynchronize)(CUstream);
 	CUresult (*cuEventCreate)(CUevent *, unsigned);
 	CUresult (*cuEventRecord)(CUevent, CUstream);
 	CUresult (*cuEventQuery)(CUevent);

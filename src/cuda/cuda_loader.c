@@ -51,6 +51,8 @@ static void load(void)
 	SYM(cuStreamCreate, "cuStreamCreate");
 	SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
 	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+	SYM(cuStreamSynchronize, "cuStreamSynchronize");
 	SYM(cuEventCreate, "cuEventCreate");
 	SYM(cuEventRecord, "cuEventRecord");
 	SYM(cuEventQuery, "cuEventQuery");

@@ -144,6 +144,9 @@ static int receiver(int fd, int dev)
 	if (dst_on_gpu()) {
 		CK(cudaMalloc(&dst, LEN));
 		CK(cudaMemset(dst, 0, LEN));
+		/* The engine copies on its own non-blocking stream: memory must be
+		 * ready before it is handed over, as with any RDMA library. */
+		CK(cudaDeviceSynchronize());
 	} else {
 		dst = (uint8_t *)calloc(1, LEN);
 	}

@@ -347,6 +347,22 @@ static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t len, CUstr
 	return enqueue(s, (void *)(uintptr_t)dst, src, len);
 }
 
+static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t len, CUstream s)
+{
+	pthread_mutex_lock(&lock);
+	counts.dtoh++;
+	pthread_mutex_unlock(&lock);
+	return enqueue(s, dst, (const void *)(uintptr_t)src, len);
+}
+
+static CUresult f_stream_sync(CUstream s)
+{
+	struct stream *st = (struct stream *)s;
+	for (; st->done < st->n; st->done++)
+		memcpy(st->q[st->done].dst, st->q[st->done].src, st->q[st->done].len);
+	return 0;
+}
+
 static CUresult f_stream_destroy(CUstream s)
 {
 	struct stream *st = (struct stream *)s;
@@ -446,6 +462,8 @@ static const struct cuda_api fake_api = {
 	.cuStreamCreate = f_stream_create,
 	.cuMemcpyDtoDAsync = f_dtod_async,
 	.cuMemcpyHtoDAsync = f_htod_async,
+	.cuMemcpyDtoHAsync = f_dtoh_async,
+	.cuStreamSynchronize = f_stream_sync,
 	.cuEventCreate = f_event_create,
 	.cuEventRecord = f_event_record,
 	.cuEventQuery = f_event_query,
