@@ -35,7 +35,8 @@ step python-gpu timeout 240 python3 -m pytest -q -rs -p no:cacheprovider python/
 	-k "cuda or torch or gpu or graph"
 if [ "$mode" != quick ]; then
 	step pd-gpu-bench scripts/pd-gpu-bench.sh --timeout 200 --json "$out/pd-gpu.json"
-	step pd-gpu-bench-block scripts/pd-gpu-bench.sh --timeout 60 --seqs 32768 --gpu-wait block
+	step pd-gpu-bench-block scripts/pd-gpu-bench.sh --timeout 60 --seqs 32768,131072 --gpu-wait block
+	step pd-gpu-bench-copy scripts/pd-gpu-bench.sh --timeout 60 --seqs 32768,131072 --gpu-wait copy
 fi
 echo "device-run: $fails step(s) failed"
 exit $((fails > 0))

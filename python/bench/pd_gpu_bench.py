@@ -96,9 +96,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="start no further prompt length once its estimated time would end past this many "
                         "seconds after start (what was skipped is printed)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="one request's limit")
-    p.add_argument("--gpu-wait", choices=("poll", "block"), default="poll",
-                   help="how the prefill waits for the GPU: poll CUDA events (default), or block "
-                        "in cudaEventSynchronize / a synchronous copy")
+    p.add_argument("--gpu-wait", choices=("poll", "block", "copy"), default="poll",
+                   help="how the prefill waits for the GPU: poll CUDA events (default), block in "
+                        "cudaEventSynchronize, or (end of prefill only) block in the synchronous "
+                        "device-to-host copy of the last hidden state")
     p.add_argument("--json", help="write every sample and the tables' figures here")
     a = p.parse_args(argv)
     for k, v in (GPU_DEFAULTS if a.device == "cuda" else CPU_DEFAULTS).items():
@@ -218,7 +219,7 @@ def _prefill(conn, a: argparse.Namespace) -> None:
         # A thread blocked in a synchronous CUDA call can hold up other
         # threads' driver calls (the engine worker's copies); "poll" keeps
         # the prefill's own waits out of the driver.
-        if a.gpu_wait == "block":
+        if a.gpu_wait in ("block", "copy"):
             ev.synchronize()
             return
         while not ev.query():
@@ -246,7 +247,7 @@ def _prefill(conn, a: argparse.Namespace) -> None:
             torch.cuda.synchronize()
         start = time.perf_counter_ns()
         h = model.prefill(tokens, write, after)
-        if gpu:
+        if gpu and a.gpu_wait != "copy":
             done = torch.cuda.Event()
             done.record()
             wait_gpu(done)
