@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import xfer
-from xfer import _watcher
+from xfer import _lib, _watcher
 from conftest import make_engine
 from remote import wait_until
 
@@ -207,7 +207,8 @@ def test_callback_submits_writes_to_a_peer() -> None:
 def test_clean_close_under_load() -> None:
     """A producer bumps as fast as it can while the callback submits writes;
     close() mid-stream returns once the thread is joined, after which no
-    callback runs, and every write it submitted completes."""
+    callback runs and the producer's bumps fail cleanly, and every write it
+    submitted completes."""
     before = threads_now()
     with make_engine("tcp") as a, make_engine("tcp") as b:
         peer = a.add_peer(b.address)
@@ -226,7 +227,10 @@ def test_clean_close_under_load() -> None:
                 except xfer.WouldBlock:
                     pass  # the submission queue is full: a real producer would retry
 
-        for round_ in range(5):
+        # Many rounds: a producer storing into the word after close() freed
+        # it corrupts the heap (seen as an abort in malloc, under ASan as a
+        # use after free), and the race needs repetitions to show.
+        for round_ in range(20):
             w = xfer.Watcher(cb, spin_us=50)
             stop = threading.Event()
 
@@ -250,6 +254,42 @@ def test_clean_close_under_load() -> None:
             xfer.wait(ops, 30)
         assert ops and all(o.res == 0 for o in ops)
     assert wait_until(lambda: threads_now() <= before, 5), f"{threads_now() - before} threads left"
+
+
+def test_close_waits_for_a_host_store_in_progress(monkeypatch) -> None:
+    """close() frees the word: a set() on another thread that has passed its
+    "still open?" check must finish its store first. The store is slowed
+    down to make the window wide; destroy is recorded as it starts."""
+    events: List[str] = []
+    w = xfer.Watcher(lambda o, n: None)
+    real = w._word
+
+    class SlowWord:
+        @property
+        def value(self) -> int:
+            return real.value
+
+        @value.setter
+        def value(self, v: int) -> None:
+            events.append("store begins")
+            time.sleep(0.05)
+            real.value = v
+            events.append("store ends")
+
+    destroy = _lib.xfer_watcher_destroy
+
+    def recorded_destroy(h: int) -> None:
+        events.append("destroy")
+        destroy(h)
+
+    monkeypatch.setattr(_lib, "xfer_watcher_destroy", recorded_destroy)
+    w._word = SlowWord()  # type: ignore[assignment]
+    t = threading.Thread(target=w.set, args=(5,))
+    t.start()
+    assert wait_until(lambda: events, 5, 0.0001)
+    w.close()
+    t.join()
+    assert events == ["store begins", "store ends", "destroy"]
 
 
 def test_no_leak_over_many_watchers() -> None:
@@ -331,7 +371,7 @@ def test_close_with_a_live_view_defers_the_free(monkeypatch) -> None:
     class FakeView:
         pass
 
-    def fake_tensor(ptr: int, count: int, owner: object, what: str):
+    def fake_tensor(ptr: int, count: int, owner: object, what: str, device: object = None):
         v = FakeView()
         v.owner = owner  # type: ignore[attr-defined]
         return v, v
@@ -378,14 +418,16 @@ def test_cuda_graph_bumps_the_word() -> None:
     with xfer.Watcher(rec, spin_us=1000) as w:
         assert w.mapped and w.device_ptr != 0
         word = w.tensor()
-        assert word.is_cuda and word.dtype == torch.int64 and word.shape == (1,)
+        assert word.dtype == torch.int64 and word.shape == (1,) and word.data_ptr() == w.device_ptr
+        assert word.device == torch.device("cuda", torch.cuda.current_device())
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
             word.add_(1)  # eager, on the side stream: also warms up the op
         stream.synchronize()
         assert wait_until(lambda: rec.last() == 1, 5, 0.0001)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA calls of other threads (libxfer's) cannot void the capture.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             word.add_(1)
         assert w.value == 1  # capturing runs nothing
         replays = 500
@@ -423,16 +465,20 @@ def test_cuda_graph_bump_triggers_a_write() -> None:
         with xfer.Watcher(cb) as w:
             word = w.tensor()
             layer = torch.zeros((), dtype=torch.int64, device="cuda")
+            rows = torch.arange(layers, device="cuda").unsqueeze(1)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                kv.index_fill_(0, layer.view(1), 7)  # "compute" the layer
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                kv.add_((rows == layer).to(torch.uint8) * 7)  # "compute" the layer
                 layer.add_(1)
                 word.add_(1)  # announce it, in stream order after the data
-            for _ in range(layers):
+            for i in range(layers):
                 graph.replay()
+                # The next replay rewrites the whole tensor: let this layer's
+                # write, which reads it, finish first.
+                assert wait_until(lambda: len(ops) == i + 1, 10), f"no callback for layer {i}"
+                ops[-1].result(30)
             torch.cuda.synchronize()
             arrived.result(30)
-            xfer.wait(ops, 30)
             assert w.error_count == 0
             del graph, word
         assert (dst_arr == 7).all()

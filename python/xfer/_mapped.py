@@ -13,7 +13,7 @@ import errno as _errno
 from typing import Any, Tuple
 
 from . import _lib
-from ._errors import NoGPU, NotSupported
+from ._errors import InvalidArgument, NoGPU, NotSupported
 
 
 class MappedWords:
@@ -46,8 +46,29 @@ def import_torch(what: str) -> Any:
     return torch
 
 
-def cuda_tensor(ptr: int, count: int, owner: Any, what: str) -> Tuple[Any, MappedWords]:
-    """(an int64 CUDA tensor over ``count`` words at ``ptr``, the object it holds)."""
+def cuda_tensor(ptr: int, count: int, owner: Any, what: str, device: Any = None) -> Tuple[Any, MappedWords]:
+    """(an int64 CUDA tensor over ``count`` words at ``ptr``, the object it holds).
+
+    ``device`` (default: torch's current CUDA device) is the device the
+    tensor claims, hence whose streams run the ops on it. Host memory that
+    CUDA maps is reachable from every GPU at one address (unified
+    addressing), so any device is right; naming it with its index also stops
+    torch from inferring one and then *copying* the tensor to the device
+    wanted — which an old torch would still do: the view is checked.
+    """
     torch = import_torch(what)
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if dev.type != "cuda":
+        raise InvalidArgument(_errno.EINVAL, f"{what}: device must be a CUDA device, not {dev}", what)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
     holder = MappedWords(ptr, count, owner)
-    return torch.as_tensor(holder), holder
+    t = torch.as_tensor(holder, device=dev)
+    if not t.is_cuda or t.data_ptr() != ptr:
+        raise NotSupported(
+            _errno.EOPNOTSUPP,
+            f"{what}: this torch ({torch.__version__}) made a copy on {t.device} instead of a view of {ptr:#x} on {dev}"
+            + ("" if dev.index == 0 else "; try device='cuda:0'"),
+            what,
+        )
+    return t, holder

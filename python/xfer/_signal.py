@@ -150,18 +150,19 @@ class Signal:
             time.sleep(nap if deadline is None else min(nap, deadline - now))
             nap = min(nap * 2, 1e-3)
 
-    def tensor(self) -> Any:
+    def tensor(self, device: Any = None) -> Any:
         """The word as a 1-element int64 CUDA tensor (torch), for a kernel —
-        a Triton or custom CUDA kernel that spins on it — to read. Only for a
-        pinned Signal (:meth:`pinned`, or one made over a pinned torch
-        tensor); the tensor keeps the Signal's memory alive."""
+        a Triton or custom CUDA kernel that spins on it — to read, on
+        ``device`` (default: torch's current CUDA device). Only for a pinned
+        Signal (:meth:`pinned`, or one made over a pinned torch tensor); the
+        tensor keeps the Signal's memory alive."""
         if not self.mapped:
             raise InvalidArgument(
                 _errno.EINVAL,
                 "this Signal is pageable host memory, which no GPU can read: use Signal.pinned()",
                 "Signal.tensor",
             )
-        t, _ = cuda_tensor(self.address, 1, self, "Signal.tensor")
+        t, _ = cuda_tensor(self.address, 1, self, "Signal.tensor", device)
         return t
 
     def __int__(self) -> int:

@@ -192,7 +192,7 @@ class Watcher:
         _live.add(st)
         self._st = st
         self.spin_us: int = spin_us or 1000
-        #: Host address of the word (``xfer_watcher_word``).
+        #: Host address of the word (``xfer_watcher_word``); freed by close().
         self.word: int = int(_lib.xfer_watcher_word(h) or 0)
         #: Device address of the word (``xfer_watcher_device_ptr``); 0 without CUDA.
         self.device_ptr: int = int(_lib.xfer_watcher_device_ptr(h))
@@ -210,35 +210,43 @@ class Watcher:
         """True when a GPU can store into the word (CUDA was usable at creation)."""
         return self.device_ptr != 0
 
+    # The host accesses below hold the state's lock: close() on another
+    # thread frees the word as soon as it has marked the state closed (under
+    # that lock), so a store that passed the check must be over by then.
     @property
     def value(self) -> int:
         """The word now."""
-        self._usable("value")
-        return self._word.value
+        with self._st.lock:
+            self._usable("value")
+            return self._word.value
 
     def set(self, value: int) -> None:
         """Stores ``value`` in the word from the host: the callback sees the change."""
         if not isinstance(value, int) or not 0 <= value <= _U64_MASK:
             raise InvalidArgument(_errno.EINVAL, f"the word holds an unsigned 64-bit int, not {value!r}", "Watcher.set")
-        self._usable("set")
-        self._word.value = value
+        with self._st.lock:
+            self._usable("set")
+            self._word.value = value
 
     def bump(self, n: int = 1) -> int:
         """Adds ``n`` to the word from the host and returns the new value.
 
-        Not atomic against other producers: one producer per word (as one
-        GPU stream bumping it per layer is)."""
-        self._usable("bump")
-        v = (self._word.value + int(n)) & _U64_MASK
-        self._word.value = v
+        Not atomic against producers other than this method (a GPU kernel):
+        one producer per word, as one GPU stream bumping it per layer is."""
+        n = int(n)
+        with self._st.lock:
+            self._usable("bump")
+            v = (self._word.value + n) & _U64_MASK
+            self._word.value = v
         return v
 
-    def tensor(self) -> Any:
+    def tensor(self, device: Any = None) -> Any:
         """The word as a 1-element int64 CUDA tensor (torch) over
         :attr:`device_ptr`: ``t.add_(1)`` on it is a kernel that bumps the
-        word, in eager mode or captured in a CUDA graph. The tensor lives on
-        the device torch reports for the pointer (device 0, where libxfer
-        maps the word); order it after the work it announces (same stream).
+        word, in eager mode or captured in a CUDA graph, in stream order
+        after the work it announces. ``device`` (default: torch's current
+        CUDA device) is the GPU the tensor is on, whose streams run its ops:
+        the mapped word has the same address on every GPU.
 
         While the tensor lives, :meth:`close` stops the callbacks but frees
         the word only once the tensor is gone — a graph captured with it must
@@ -252,7 +260,7 @@ class Watcher:
                 "Watcher.tensor",
             )
         st = self._st
-        t, holder = cuda_tensor(self.device_ptr, 1, st, "Watcher.tensor")
+        t, holder = cuda_tensor(self.device_ptr, 1, st, "Watcher.tensor", device)
         with st.lock:
             st.views += 1
         weakref.finalize(holder, _view_gone, st)
@@ -315,7 +323,8 @@ class Watcher:
 
     def __repr__(self) -> str:
         st = self._st
-        state = "closed" if st.closed else f"word {self._word.value}"
+        with st.lock:
+            state = "closed" if st.closed else f"word {self._word.value}"
         where = f"mapped at {self.device_ptr:#x}" if self.device_ptr else "host memory"
         return f"<xfer.Watcher {state}, {where}, {st.calls} calls, {st.error_count} errors>"
 
