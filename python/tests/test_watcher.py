@@ -376,8 +376,15 @@ def test_close_with_a_live_view_defers_the_free(monkeypatch) -> None:
         v.owner = owner  # type: ignore[attr-defined]
         return v, v
 
+    destroyed: List[int] = []
+    destroy = _lib.xfer_watcher_destroy
+
+    def recorded_destroy(h: int) -> None:
+        destroyed.append(h)
+        destroy(h)
+
     monkeypatch.setattr(_watcher, "cuda_tensor", fake_tensor)
-    before = threads_now()
+    monkeypatch.setattr(_lib, "xfer_watcher_destroy", recorded_destroy)
     rec = Recorder()
     w = xfer.Watcher(rec, spin_us=10)
     w.device_ptr = w.word  # as if mapped
@@ -389,10 +396,10 @@ def test_close_with_a_live_view_defers_the_free(monkeypatch) -> None:
     w._word.value = 2  # what a kernel could still do: the word is still there
     time.sleep(0.01)
     assert rec.pairs == [(0, 1)], "a callback ran after close()"
-    assert threads_now() > before, "the word was freed while a view of it lives"
+    assert not destroyed, "the word was freed while a view of it lives"
     del view
     gc.collect()
-    assert wait_until(lambda: threads_now() <= before, 5), "the watcher outlived its last view"
+    assert wait_until(lambda: len(destroyed) == 1, 5), "the watcher outlived its last view"
 
 
 # -------------------------------------------------------------------- CUDA
