@@ -152,7 +152,7 @@ def python_side(args: argparse.Namespace, progress_thread: bool) -> Dict[str, An
             core = eng._core
             sc = core.scratch
             _engine._pack_w(sc.buf, 0, src._h, 0, dst._h, 0, 64, 0, 0)
-            _engine._pack_c(sc.buf, _engine._OFF_C, 0, 0, 0, 0, 0)
+            _engine._pack_c(sc.buf, _engine._OFF_C, 0, 0, 0, 0, 0, 0, 0)
             fn, h, aw, ac = _lib.xfer_write, core.h, sc.aw, sc.ac
 
             def raw() -> int:

@@ -234,6 +234,7 @@ def test_function_prototypes_match_the_header(header_text: str) -> None:
         "xfer_peer_shards", "xfer_mr_revoke", "xfer_cancel", "xfer_scatter", "xfer_barrier",
         "xfer_group_create", "xfer_group_destroy", "xfer_group_size", "xfer_engine_trace",
         "xfer_trace_read", "xfer_topology", "xfer_topology_nics_for_gpu",
+        "xfer_watcher_create", "xfer_watcher_destroy", "xfer_watcher_word", "xfer_watcher_device_ptr",
     }
     assert required <= set(protos), f"xfer.h lost {sorted(required - set(protos))}"
     assert not required & set(unbound), f"not bound or not in {_lib.LIBRARY_PATH}: {sorted(required & set(unbound))}"

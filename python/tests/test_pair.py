@@ -245,6 +245,70 @@ def test_callbacks_futures_and_asyncio(pair: Pair) -> None:
     assert remote.read("cb") == src_arr.tobytes()
 
 
+def test_signal_words_after_writes(pair: Pair) -> None:
+    """signal=(word, value): the word holds the value once the write completes."""
+    eng, remote, peer = pair.engine, pair.remote, pair.peer
+    n = 64 * KIB
+    dst = eng.import_region(peer, remote.region("sig", n, guard=64))
+    src_arr = rand_bytes(n, 21)
+    sig = xfer.Signal()
+    words = np.zeros(2, np.uint64)  # numpy host memory works as well
+    with eng.register(src_arr) as src:
+        c1 = eng.write(src, dst, n // 2, signal=(sig, 1))
+        pages = np.arange(8, dtype=np.uint32) + 8  # the second half, 4 KiB pages
+        c2 = eng.write_paged(src, dst, pages, pages, 4 * KIB, signal=(xfer.Signal(words, 1), 0xFEED))
+        assert sig.wait(1, 30) == 1
+        c1.result(30)
+        c2.result(30)
+        assert words.tolist() == [0, 0xFEED] and sig.value == 1
+    assert remote.read("sig") == src_arr.tobytes()
+
+
+def test_signal_word_after_an_immediate_count(pair: Pair) -> None:
+    """The word is stored when the count is reached, not before: the way a
+    waiting GPU kernel is released once all of a layer's pages are in."""
+    eng, remote = pair.engine, pair.remote
+    sig = xfer.Signal()
+    before = eng.stats().imms_received
+    c = eng.expect_imm(213, 3, signal=(sig, 0xABC))
+    remote.check("write_imm", imm=213, n=2)
+    assert wait_until(lambda: eng.stats().imms_received >= before + 2, 30)
+    time.sleep(0.02)
+    assert sig.value == 0 and not c.done(), "stored before the count was reached"
+    remote.check("write_imm", imm=213, n=1)
+    assert sig.wait(0xABC, 30) == 0xABC
+    assert c.result(30) == 0
+
+
+def test_watcher_callback_writes_each_layer(pair: Pair) -> None:
+    """A producer (here the host; a GPU kernel in production) bumps the
+    watcher's word after each layer; the callback submits that layer's paged
+    write to the other process, which counts the pages in."""
+    eng, remote, peer = pair.engine, pair.remote, pair.peer
+    layers, pages, page = 6, 4, 4 * KIB
+    dst = eng.import_region(peer, remote.region("watch", layers * pages * page, guard=64))
+    kv = rand_bytes(layers * pages * page, 31).reshape(layers, pages, page)
+    remote.check("expect", key="watch", imm=212, count=layers * pages)
+    idx = np.arange(pages, dtype=np.uint32)
+    rev = idx[::-1].copy()
+    ops = []
+    with eng.register(kv) as src:
+
+        def cb(old: int, new: int) -> None:
+            for layer in range(old, new):
+                base = layer * pages * page
+                ops.append(eng.write_paged(src, dst, idx, rev, page, src_base=base, dst_base=base, imm=212))
+
+        with xfer.Watcher(cb) as w:
+            for layer in range(1, layers + 1):
+                w.set(layer)
+                time.sleep(0.001 * (layer % 2))
+            assert remote.check("wait", key="watch")["res"] == 0
+        assert w.error_count == 0 and len(ops) == layers
+        xfer.wait(ops, 30)
+    assert remote.read("watch") == np.ascontiguousarray(kv[:, ::-1, :]).tobytes()
+
+
 def test_cancel_by_tag(pair: Pair) -> None:
     """Tagged paged writes, then cancel: each completes exactly once with
     success or Cancelled, as many Cancelled as the cancel reports cut short,

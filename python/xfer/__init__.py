@@ -10,7 +10,9 @@ A thin, low-overhead ctypes binding of libxfer::
         dst = eng.import_region(peer, their_descriptor)
         eng.write(src, dst, imm=7).result(timeout=5)
 
-The receiving side arms ``eng.expect_imm(7, 1)`` and waits on it. Addresses
+The receiving side arms ``eng.expect_imm(7, 1)`` and waits on it (or on a
+:class:`Signal` word the completion stores into: ``signal=(sig, 1)``). A
+:class:`Watcher` calls back when a GPU kernel bumps its word. Addresses
 (``Engine.address``) and descriptors (``Region.descriptor``) are plain bytes
 the application moves itself — never pickled objects.
 
@@ -37,7 +39,9 @@ from ._engine import (
     cuda_available,
     wait,
 )
+from ._signal import Signal
 from ._topology import CPU_AUTO, TopologyDevice, nics_for_gpu, topology
+from ._watcher import Watcher
 from ._errors import (
     Again,
     BadWire,
@@ -105,6 +109,8 @@ __all__ = [
     "Message",
     "Stats",
     "Trace",
+    "Signal",
+    "Watcher",
     "Device",
     "TopologyDevice",
     "cuda_available",

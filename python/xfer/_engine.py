@@ -28,6 +28,7 @@ from typing import (
 
 from . import _lib
 from ._buffers import CPU, Device, DeviceLike, Memory, buffer_ptr, index_array, resolve
+from ._signal import SignalSpec, signal_args
 from ._errors import (
     Cancelled,
     Error,
@@ -260,14 +261,15 @@ _pack_se = _SE.pack_into
 _W = _lib.packer(_lib.xfer_write_t)
 _PW = _lib.packer(_lib.xfer_paged_write_t)
 _C = _lib.packer(_lib.xfer_completion)
-# Submissions fill only the leading fields of struct xfer_completion
-# (user_data, cb, cb_ctx, timeout_ms, tag); the rest (signal, ...) stays as
-# zeroed when the buffer was made, so fields the header appends later read 0.
-_C_HEAD = struct.Struct("<QQQQQ")
-assert [getattr(_lib.xfer_completion, f).offset for f in ("user_data", "cb", "cb_ctx", "timeout_ms", "tag")] == [0, 8, 16, 24, 32]
+# Every submission packs the whole struct xfer_completion: the per-thread
+# buffer is reused, and a signal left over from an earlier operation would
+# make the worker store into memory nobody keeps alive any more.
+assert [f[0] for f in _lib.xfer_completion._fields_] == [
+    "user_data", "cb", "cb_ctx", "timeout_ms", "tag", "signal", "signal_value"
+]
 _pack_w = _W.pack_into
 _pack_pw = _PW.pack_into
-_pack_c = _C_HEAD.pack_into
+_pack_c = _C.pack_into
 _OFF_PW = _W.size
 _OFF_C = _W.size + _PW.size
 
@@ -1303,6 +1305,7 @@ class Engine:
         flags: int = 0,
         timeout_ms: int = 0,
         tag: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> Completion:
         """One-sided WRITE of ``nbytes`` (default: the rest of ``src``) into ``dst``.
@@ -1311,6 +1314,13 @@ class Engine:
         landed. ``src=None`` with ``nbytes`` 0 is an immediate-only write
         into ``dst``. ``timeout_ms`` (0: engine default) is the operation's
         deadline; ``tag`` groups operations for :meth:`cancel`.
+
+        ``signal=(target, value)`` — on this and every other operation — has
+        the worker store ``value`` into a 64-bit word just before the
+        completion is delivered (whatever its result), so that a GPU kernel
+        or another thread polling that word can go on without the completion
+        queue. ``target`` is a :class:`xfer.Signal` (or what ``Signal()``
+        takes: host memory, an int address); the Completion keeps it alive.
         """
         core = self._core
         try:
@@ -1326,15 +1336,19 @@ class Engine:
             if not 0 <= imm <= 0xFFFFFFFF:
                 raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write")
             flags |= 1
+        sa = sv = 0
+        sk = None
+        if signal is not None:
+            sa, sv, sk = signal_args(signal, "xfer_write")
         ud = next(core.ids)
         sc = core.scratch
         buf = sc.buf
         try:
             _pack_w(buf, 0, s_h, src_offset, d_h, dst_offset, nbytes, imm or 0, flags)
-            _pack_c(buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
+            _pack_c(buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
         except struct.error as ex:
             raise _bad_values("xfer_write", ex) from None
-        op = Completion(core, ud, 2, (src, dst))
+        op = Completion(core, ud, 2, (src, dst, sk))
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op
@@ -1360,6 +1374,7 @@ class Engine:
         flags: int = 0,
         timeout_ms: int = 0,
         tag: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> Completion:
         """Paged WRITE: page i goes from ``src_base + src_pages[i]*src_stride``
@@ -1368,7 +1383,8 @@ class Engine:
         Index arrays are numpy/torch int32 or uint32 arrays (passed by
         pointer, kept alive until completion) or sequences of ints. Strides
         default to ``page_len``. With ``imm`` every page delivers it once, so
-        the receiver expects ``len(src_pages)`` arrivals.
+        the receiver expects ``len(src_pages)`` arrivals. ``signal=`` as in
+        :meth:`write`.
         """
         core = self._core
         sp, n, sk = index_array(src_pages)
@@ -1388,6 +1404,10 @@ class Engine:
             if not 0 <= imm <= 0xFFFFFFFF:
                 raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write_paged")
             flags |= 1
+        sa = sv = 0
+        sig = None
+        if signal is not None:
+            sa, sv, sig = signal_args(signal, "xfer_write_paged")
         ud = next(core.ids)
         sc = core.scratch
         buf = sc.buf
@@ -1398,10 +1418,10 @@ class Engine:
                 dp, page_len if dst_stride is None else dst_stride, dst_base,
                 n, imm or 0, flags,
             )
-            _pack_c(buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
+            _pack_c(buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
         except struct.error as ex:
             raise _bad_values("xfer_write_paged", ex) from None
-        op = Completion(core, ud, 3, (src, dst, sk, dk))
+        op = Completion(core, ud, 3, (src, dst, sk, dk, sig))
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op
@@ -1418,21 +1438,27 @@ class Engine:
         *,
         timeout_ms: int = 0,
         tag: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> Completion:
-        """Delivers the 32-bit immediate ``imm`` once to ``peer``, with no data."""
+        """Delivers the 32-bit immediate ``imm`` once to ``peer``, with no data
+        (``signal=`` as in :meth:`write`)."""
         core = self._core
         if getattr(peer, "_core", None) is not core:
             raise InvalidArgument(_errno.EINVAL, "peer is not a Peer of this engine", "xfer_write_imm")
         if not 0 <= imm <= 0xFFFFFFFF:
             raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write_imm")
+        sa = sv = 0
+        sk = None
+        if signal is not None:
+            sa, sv, sk = signal_args(signal, "xfer_write_imm")
         ud = next(core.ids)
         sc = core.scratch
         try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
+            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
         except struct.error as ex:
             raise _bad_values("xfer_write_imm", ex) from None
-        op = Completion(core, ud, 4)
+        op = Completion(core, ud, 4, sk)
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op
@@ -1452,6 +1478,7 @@ class Engine:
         status: bool = True,
         timeout_ms: int = 0,
         tag: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> ScatterCompletion:
         """One call, a different slice of ``src`` to each entry's member (``xfer_scatter``).
@@ -1464,6 +1491,7 @@ class Engine:
         its member. The completion carries the first error of the entries;
         with ``status`` (default) :attr:`ScatterCompletion.statuses` gives each
         entry's own result. One member's failure does not stop the others.
+        ``signal=`` as in :meth:`write`: stored once, when the whole scatter completes.
         """
         core = self._core
         op_name = "xfer_scatter"
@@ -1513,6 +1541,10 @@ class Engine:
             if not 0 <= imm <= 0xFFFFFFFF:
                 raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op_name)
             flags |= _lib.XFER_F_IMM
+        sa = sv = 0
+        sig = None
+        if signal is not None:
+            sa, sv, sig = signal_args(signal, op_name)
         anchor = ctypes.c_char.from_buffer(table)
         st = (ctypes.c_int32 * n)() if status else None
         ud = next(core.ids)
@@ -1520,13 +1552,13 @@ class Engine:
         args = bytearray(_SC.size + _C.size)
         try:
             _SC.pack_into(args, 0, s_h, addressof(anchor), n, imm or 0, flags, addressof(st) if st is not None else 0)
-            _pack_c(args, _SC.size, ud, 0, 0, timeout_ms, tag)
+            _pack_c(args, _SC.size, ud, 0, 0, timeout_ms, tag, sa, sv)
         except struct.error as ex:
             raise _bad_values(op_name, ex) from None
         a_args = addressof(ctypes.c_char.from_buffer(args))
         # The worker reads the entries (and the regions they name) and writes
         # the statuses until the scatter has drained.
-        keep = (src, group, dsts, table, anchor, st)
+        keep = (src, group, dsts, table, anchor, st, sig)
         op = ScatterCompletion(core, ud, keep, st)
         cbs: List[CompletionCallback] = [functools.partial(_linger, group, keep)]
         if callback is not None:
@@ -1550,13 +1582,15 @@ class Engine:
         *,
         timeout_ms: int = 0,
         tag: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> Completion:
         """Delivers ``imm`` once to every member of ``group`` (``xfer_barrier``).
 
         When every member barriers on the same immediate over groups of the
         same size, each expects ``len(group)`` arrivals: ``expect_imm(imm,
-        len(group))`` completes once all of them have reached the barrier."""
+        len(group))`` completes once all of them have reached the barrier.
+        ``signal=`` as in :meth:`write`: stored once our immediates are out."""
         core = self._core
         op_name = "xfer_barrier"
         if _lib.xfer_barrier is None:
@@ -1568,13 +1602,17 @@ class Engine:
             raise _shutdown(op_name) if core.stopped else InvalidArgument(_errno.EINVAL, "the group is closed", op_name)
         if not 0 <= imm <= 0xFFFFFFFF:
             raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op_name)
+        sa = sv = 0
+        sk = None
+        if signal is not None:
+            sa, sv, sk = signal_args(signal, op_name)
         ud = next(core.ids)
         sc = core.scratch
         try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
+            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
         except struct.error as ex:
             raise _bad_values(op_name, ex) from None
-        op = Completion(core, ud, _lib.XFER_OP_BARRIER, group)
+        op = Completion(core, ud, _lib.XFER_OP_BARRIER, (group, sk))
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op
@@ -1590,20 +1628,26 @@ class Engine:
         *,
         timeout_ms: int = 0,
         tag: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> Completion:
-        """SEND ``data`` (bytes-like, at most ``msg_max`` bytes) to ``peer``'s receive queue."""
+        """SEND ``data`` (bytes-like, at most ``msg_max`` bytes) to ``peer``'s
+        receive queue (``signal=`` as in :meth:`write`)."""
         core = self._core
         if getattr(peer, "_core", None) is not core:
             raise InvalidArgument(_errno.EINVAL, "peer is not a Peer of this engine", "xfer_send")
         ptr, n, keep = buffer_ptr(data)
+        sa = sv = 0
+        sk = None
+        if signal is not None:
+            sa, sv, sk = signal_args(signal, "xfer_send")
         ud = next(core.ids)
         sc = core.scratch
         try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag)
+            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
         except struct.error as ex:
             raise _bad_values("xfer_send", ex) from None
-        op = Completion(core, ud, 1, keep)
+        op = Completion(core, ud, 1, (keep, sk))
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op
@@ -1618,24 +1662,35 @@ class Engine:
         count: int = 1,
         *,
         timeout_ms: int = 0,
+        signal: Optional[SignalSpec] = None,
         callback: Optional[CompletionCallback] = None,
     ) -> Completion:
         """Completes once ``imm`` has arrived ``count`` times (arrivals before
         this call count; those ``count`` are consumed). Fails with
         :class:`xfer.TimeoutError` at the deadline and :class:`xfer.Busy` if
-        ``imm`` is already armed."""
+        ``imm`` is already armed.
+
+        ``signal=(target, value)`` (see :meth:`write`) is stored when the
+        count is reached (or the deadline passes, or it is disarmed): e.g. to
+        release a GPU kernel spinning on a :meth:`xfer.Signal.pinned` word
+        once a layer's pages have all arrived. An expectation refused at once
+        (``Busy``, ``NoSpace``) completes without the store."""
         core = self._core
         if not 0 <= imm <= 0xFFFFFFFF:
             raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_expect_imm")
         if not 0 < count <= 0xFFFFFFFF:
             raise InvalidArgument(_errno.EINVAL, f"count must be 1..2^32-1, not {count}", "xfer_expect_imm")
+        sa = sv = 0
+        sk = None
+        if signal is not None:
+            sa, sv, sk = signal_args(signal, "xfer_expect_imm")
         ud = next(core.ids)
         sc = core.scratch
         try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, 0)
+            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, 0, sa, sv)
         except struct.error as ex:
             raise _bad_values("xfer_expect_imm", ex) from None
-        op = Completion(core, ud, 5)
+        op = Completion(core, ud, 5, sk)
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op
@@ -1655,22 +1710,34 @@ class Engine:
         check(_lib.xfer_imm_disarm(self._core.h, imm, byref(arrived)), "xfer_imm_disarm")
         return arrived.value
 
-    def cancel(self, tag: int, *, timeout_ms: int = 0, callback: Optional[CompletionCallback] = None) -> Completion:
+    def cancel(
+        self,
+        tag: int,
+        *,
+        timeout_ms: int = 0,
+        signal: Optional[SignalSpec] = None,
+        callback: Optional[CompletionCallback] = None,
+    ) -> Completion:
         """Cancels every operation submitted with ``tag``; each still completes once
         (:class:`xfer.Cancelled` if cut short). The returned completion's result
-        is how many were cut short, once nothing of them can land any more."""
+        is how many were cut short, once nothing of them can land any more.
+        ``signal=`` as in :meth:`write`."""
         core = self._core
         if _lib.xfer_cancel is None:
             raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no xfer_cancel", "cancel")
         if not tag:
             raise InvalidArgument(_errno.EINVAL, "tag 0 means no tag", "xfer_cancel")
+        sa = sv = 0
+        sk = None
+        if signal is not None:
+            sa, sv, sk = signal_args(signal, "xfer_cancel")
         ud = next(core.ids)
         sc = core.scratch
         try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, 0)
+            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, 0, sa, sv)
         except struct.error as ex:
             raise _bad_values("xfer_cancel", ex) from None
-        op = Completion(core, ud, _lib.XFER_OP_CANCEL)
+        op = Completion(core, ud, _lib.XFER_OP_CANCEL, sk)
         if callback is not None:
             op._cbs = [callback]
         core.pending[ud] = op

@@ -83,6 +83,7 @@ XFER_CPU_AUTO = -2  # worker_cpu: pin the worker near its first NIC (NUMA node)
 
 xfer_recv_fn = CFUNCTYPE(None, c_void_p, c_uint64, c_void_p, c_size_t)
 xfer_peer_down_fn = CFUNCTYPE(None, c_void_p, c_uint32, c_uint64, c_int)
+xfer_watch_fn = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
 
 
 class xfer_attr(Structure):
@@ -402,6 +403,15 @@ xfer_topology_nics_for_gpu = _proto(clib, "xfer_topology_nics_for_gpu", c_int, c
 xfer_group_create = _proto(clib, "xfer_group_create", c_int, P, P, c_uint32, POINTER(c_void_p), required=False)
 xfer_group_destroy = _proto(clib, "xfer_group_destroy", c_int, P, required=False)
 xfer_group_size = _proto(clib, "xfer_group_size", c_uint32, P, required=False)
+# The watcher: create and destroy go through clib, which releases the GIL.
+# destroy joins the watcher thread, and that thread may be waiting for the
+# GIL to run a Python callback: holding it here would deadlock.
+xfer_watcher_create = _proto(
+    clib, "xfer_watcher_create", c_int, xfer_watch_fn, c_void_p, c_uint32, POINTER(c_void_p), required=False
+)
+xfer_watcher_destroy = _proto(clib, "xfer_watcher_destroy", None, P, required=False)
+xfer_watcher_word = _proto(clib, "xfer_watcher_word", c_void_p, P, required=False)
+xfer_watcher_device_ptr = _proto(clib, "xfer_watcher_device_ptr", c_uint64, P, required=False)
 
 # Submissions: never block, so they keep the GIL (see the module docstring).
 xfer_send = _proto(plib, "xfer_send", c_int, P, c_uint32, P, c_size_t, P)
