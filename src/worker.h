@@ -9,6 +9,7 @@ enum wr_kind { WR_OP, WR_RECV, WR_HB, WR_PONG, WR_NOTICE /* of one scatter entry
 
 #define MAX_CANCELS 64
 #define GPU_RING 256
+#define GPU_BATCH 512
 #define GPU_DEVS 16
 
 /* One posted request; the backend's context must come first. */
@@ -112,6 +113,10 @@ struct worker {
 	uint32_t gpu_head, gpu_count;
 	void *gpu_stream[GPU_DEVS];
 	void *gpu_events[GPU_DEVS][GPU_RING];
+	/* A paged same-host write's pages, handed to the driver in one call. */
+	unsigned long long gpu_batch_dst[GPU_BATCH], gpu_batch_src[GPU_BATCH]; /* CUdeviceptr */
+	size_t gpu_batch_len[GPU_BATCH];
+	bool gpu_batch_off; /* the driver refused a batch: one copy per page */
 	struct wr *notice_head, *notice_tail; /* scatter notices waiting for a credit or buffer */
 };
 

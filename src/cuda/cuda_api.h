@@ -17,6 +17,16 @@ typedef struct {
 	char reserved[64];
 } CUipcMemHandle;
 
+typedef struct {
+	int type, id;
+} CUmemLocation;
+typedef struct {
+	int srcAccessOrder;
+	CUmemLocation srcLocHint, dstLocHint;
+	unsigned flags;
+} CUmemcpyAttributes;
+
+#define CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 0x1
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define CU_MEMORYTYPE_DEVICE 2
@@ -52,6 +62,9 @@ struct cuda_api {
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuStreamSynchronize)(CUstream);
+	/* CUDA >= 13 (cuMemcpyBatchAsync_v2); NULL before: one copy per page. */
+	CUresult (*cuMemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+				       size_t *, size_t, CUstream);
 	CUresult (*cuEventCreate)(CUevent *, unsigned);
 	CUresult (*cuEventRecord)(CUevent, CUstream);
 	CUresult (*cuEventQuery)(CUevent);

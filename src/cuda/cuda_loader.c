@@ -61,6 +61,7 @@ static void load(void)
 	/* dma-buf export came with CUDA 11.7; older drivers just stage or
 	 * register by address. */
 	*(void **)&api.cuDeviceGetAttribute = dlsym(lib, "cuDeviceGetAttribute");
+	*(void **)&api.cuMemcpyBatchAsync = dlsym(lib, "cuMemcpyBatchAsync_v2");
 	*(void **)&api.cuMemGetHandleForAddressRange = dlsym(lib, "cuMemGetHandleForAddressRange");
 	int n = 0;
 	if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n == 0) {

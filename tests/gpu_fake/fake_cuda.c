@@ -363,6 +363,22 @@ static CUresult f_stream_sync(CUstream s)
 	return 0;
 }
 
+static CUresult f_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t n, CUmemcpyAttributes *attrs,
+		       size_t *idx, size_t nattrs, CUstream s)
+{
+	if (!n || !nattrs || idx[0] != 0 || attrs[0].srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM)
+		return ERR;
+	pthread_mutex_lock(&lock);
+	counts.dtod += n;
+	pthread_mutex_unlock(&lock);
+	for (size_t i = 0; i < n; i++) {
+		CUresult r = enqueue(s, (void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i], sizes[i]);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 static CUresult f_stream_destroy(CUstream s)
 {
 	struct stream *st = (struct stream *)s;
@@ -464,6 +480,7 @@ static const struct cuda_api fake_api = {
 	.cuMemcpyHtoDAsync = f_htod_async,
 	.cuMemcpyDtoHAsync = f_dtoh_async,
 	.cuStreamSynchronize = f_stream_sync,
+	.cuMemcpyBatchAsync = f_batch,
 	.cuEventCreate = f_event_create,
 	.cuEventRecord = f_event_record,
 	.cuEventQuery = f_event_query,
