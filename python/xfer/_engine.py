@@ -293,6 +293,27 @@ def _bad_values(op: str, ex: Exception) -> InvalidArgument:
     return InvalidArgument(_errno.EINVAL, f"offsets, lengths, strides, tags and timeouts must be non-negative ints that fit 64 bits ({ex})", op)
 
 
+def _check_imm(imm: int, op: str) -> None:
+    if not 0 <= imm <= 0xFFFFFFFF:
+        raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op)
+
+
+def _pack_completion(core: "_Core", op: str, timeout_ms: int, tag: int, signal: Optional["SignalSpec"]) -> Tuple[int, Any]:
+    """Packs the struct xfer_completion of a call whose other arguments are
+    plain values into this thread's scratch; returns the new user_data and
+    what keeps the signal word alive."""
+    sa = sv = 0
+    sk = None
+    if signal is not None:
+        sa, sv, sk = signal_args(signal, op)
+    ud = next(core.ids)
+    try:
+        _pack_c(core.scratch.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
+    except struct.error as ex:
+        raise _bad_values(op, ex) from None
+    return ud, sk
+
+
 class _Core:
     """State shared by an Engine and everything made from it.
 
@@ -456,6 +477,13 @@ class _Core:
             finally:
                 self.waiters -= 1
         return True
+
+    def track(self, op: "Completion", callback: Optional["CompletionCallback"]) -> None:
+        """Registers ``op`` before its C call: the worker may deliver its
+        completion before the call returns."""
+        if callback is not None:
+            op._cbs = [callback]
+        self.pending[op.user_data] = op
 
     def submit_failed(self, ud: int, rc: int, op: str) -> Error:
         self.pending.pop(ud, None)
@@ -1333,8 +1361,7 @@ class Engine:
         if nbytes is None:
             nbytes = src.nbytes - src_offset if src is not None else 0
         if imm is not None:
-            if not 0 <= imm <= 0xFFFFFFFF:
-                raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write")
+            _check_imm(imm, "xfer_write")
             flags |= 1
         sa = sv = 0
         sk = None
@@ -1349,9 +1376,7 @@ class Engine:
         except struct.error as ex:
             raise _bad_values("xfer_write", ex) from None
         op = Completion(core, ud, 2, (src, dst, sk))
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
+        core.track(op, callback)
         rc = _lib.xfer_write(core.h, sc.aw, sc.ac)
         if rc:
             core.pending.pop(ud, None)
@@ -1401,8 +1426,7 @@ class Engine:
         if s_h is None or d_h is None:
             raise _closed(core, "xfer_write_paged", src, dst)
         if imm is not None:
-            if not 0 <= imm <= 0xFFFFFFFF:
-                raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write_paged")
+            _check_imm(imm, "xfer_write_paged")
             flags |= 1
         sa = sv = 0
         sig = None
@@ -1422,9 +1446,7 @@ class Engine:
         except struct.error as ex:
             raise _bad_values("xfer_write_paged", ex) from None
         op = Completion(core, ud, 3, (src, dst, sk, dk, sig))
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
+        core.track(op, callback)
         rc = _lib.xfer_write_paged(core.h, sc.apw, sc.ac)
         if rc:
             core.pending.pop(ud, None)
@@ -1446,23 +1468,11 @@ class Engine:
         core = self._core
         if getattr(peer, "_core", None) is not core:
             raise InvalidArgument(_errno.EINVAL, "peer is not a Peer of this engine", "xfer_write_imm")
-        if not 0 <= imm <= 0xFFFFFFFF:
-            raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_write_imm")
-        sa = sv = 0
-        sk = None
-        if signal is not None:
-            sa, sv, sk = signal_args(signal, "xfer_write_imm")
-        ud = next(core.ids)
-        sc = core.scratch
-        try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
-        except struct.error as ex:
-            raise _bad_values("xfer_write_imm", ex) from None
+        _check_imm(imm, "xfer_write_imm")
+        ud, sk = _pack_completion(core, "xfer_write_imm", timeout_ms, tag, signal)
         op = Completion(core, ud, 4, sk)
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
-        rc = _lib.xfer_write_imm(core.h, peer.index, imm, sc.ac)
+        core.track(op, callback)
+        rc = _lib.xfer_write_imm(core.h, peer.index, imm, core.scratch.ac)
         if rc:
             raise core.submit_failed(ud, rc, "xfer_write_imm")
         return op
@@ -1538,8 +1548,7 @@ class Engine:
         except (TypeError, struct.error) as ex:
             raise _bad_values(op_name, ex) from None
         if imm is not None:
-            if not 0 <= imm <= 0xFFFFFFFF:
-                raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op_name)
+            _check_imm(imm, op_name)
             flags |= _lib.XFER_F_IMM
         sa = sv = 0
         sig = None
@@ -1600,23 +1609,11 @@ class Engine:
         g_h = group._h
         if g_h is None:
             raise _shutdown(op_name) if core.stopped else InvalidArgument(_errno.EINVAL, "the group is closed", op_name)
-        if not 0 <= imm <= 0xFFFFFFFF:
-            raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", op_name)
-        sa = sv = 0
-        sk = None
-        if signal is not None:
-            sa, sv, sk = signal_args(signal, op_name)
-        ud = next(core.ids)
-        sc = core.scratch
-        try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
-        except struct.error as ex:
-            raise _bad_values(op_name, ex) from None
+        _check_imm(imm, op_name)
+        ud, sk = _pack_completion(core, op_name, timeout_ms, tag, signal)
         op = Completion(core, ud, _lib.XFER_OP_BARRIER, (group, sk))
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
-        rc = _lib.xfer_barrier(core.h, g_h, imm, sc.ac)
+        core.track(op, callback)
+        rc = _lib.xfer_barrier(core.h, g_h, imm, core.scratch.ac)
         if rc:
             raise core.submit_failed(ud, rc, op_name)
         return op
@@ -1637,21 +1634,10 @@ class Engine:
         if getattr(peer, "_core", None) is not core:
             raise InvalidArgument(_errno.EINVAL, "peer is not a Peer of this engine", "xfer_send")
         ptr, n, keep = buffer_ptr(data)
-        sa = sv = 0
-        sk = None
-        if signal is not None:
-            sa, sv, sk = signal_args(signal, "xfer_send")
-        ud = next(core.ids)
-        sc = core.scratch
-        try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
-        except struct.error as ex:
-            raise _bad_values("xfer_send", ex) from None
+        ud, sk = _pack_completion(core, "xfer_send", timeout_ms, tag, signal)
         op = Completion(core, ud, 1, (keep, sk))
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
-        rc = _lib.xfer_send(core.h, peer.index, ptr, n, sc.ac)
+        core.track(op, callback)
+        rc = _lib.xfer_send(core.h, peer.index, ptr, n, core.scratch.ac)
         if rc:
             raise core.submit_failed(ud, rc, "xfer_send")
         return op
@@ -1676,25 +1662,13 @@ class Engine:
         once a layer's pages have all arrived. An expectation refused at once
         (``Busy``, ``NoSpace``) completes without the store."""
         core = self._core
-        if not 0 <= imm <= 0xFFFFFFFF:
-            raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_expect_imm")
+        _check_imm(imm, "xfer_expect_imm")
         if not 0 < count <= 0xFFFFFFFF:
             raise InvalidArgument(_errno.EINVAL, f"count must be 1..2^32-1, not {count}", "xfer_expect_imm")
-        sa = sv = 0
-        sk = None
-        if signal is not None:
-            sa, sv, sk = signal_args(signal, "xfer_expect_imm")
-        ud = next(core.ids)
-        sc = core.scratch
-        try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, 0, sa, sv)
-        except struct.error as ex:
-            raise _bad_values("xfer_expect_imm", ex) from None
+        ud, sk = _pack_completion(core, "xfer_expect_imm", timeout_ms, 0, signal)
         op = Completion(core, ud, 5, sk)
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
-        rc = _lib.xfer_expect_imm(core.h, imm, count, sc.ac)
+        core.track(op, callback)
+        rc = _lib.xfer_expect_imm(core.h, imm, count, core.scratch.ac)
         if rc:
             raise core.submit_failed(ud, rc, "xfer_expect_imm")
         return op
@@ -1702,8 +1676,7 @@ class Engine:
     def imm_disarm(self, imm: int) -> int:
         """Drops the expectation on ``imm`` (it completes with :class:`xfer.Cancelled`)
         and returns how many arrivals were pending (they are forgotten)."""
-        if not 0 <= imm <= 0xFFFFFFFF:
-            raise InvalidArgument(_errno.EINVAL, f"imm {imm} is not a 32-bit unsigned value", "xfer_imm_disarm")
+        _check_imm(imm, "xfer_imm_disarm")
         if self._core.stopped:
             raise _shutdown("xfer_imm_disarm")
         arrived = c_uint32()
@@ -1727,21 +1700,10 @@ class Engine:
             raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no xfer_cancel", "cancel")
         if not tag:
             raise InvalidArgument(_errno.EINVAL, "tag 0 means no tag", "xfer_cancel")
-        sa = sv = 0
-        sk = None
-        if signal is not None:
-            sa, sv, sk = signal_args(signal, "xfer_cancel")
-        ud = next(core.ids)
-        sc = core.scratch
-        try:
-            _pack_c(sc.buf, _OFF_C, ud, 0, 0, timeout_ms, 0, sa, sv)
-        except struct.error as ex:
-            raise _bad_values("xfer_cancel", ex) from None
+        ud, sk = _pack_completion(core, "xfer_cancel", timeout_ms, 0, signal)
         op = Completion(core, ud, _lib.XFER_OP_CANCEL, sk)
-        if callback is not None:
-            op._cbs = [callback]
-        core.pending[ud] = op
-        rc = _lib.xfer_cancel(core.h, tag, sc.ac)
+        core.track(op, callback)
+        rc = _lib.xfer_cancel(core.h, tag, core.scratch.ac)
         if rc:
             raise core.submit_failed(ud, rc, "xfer_cancel")
         return op
