@@ -80,7 +80,6 @@ def serve(conn, provider: str, env: Dict[str, str], device: str) -> None:
                 _reply(conn, ok=True)
             elif op == "write":
                 # From one of this process's CUDA regions into the parent's.
-                full, guard, n = tensors[cmd["src"]]
                 eng.write(regions[cmd["src"]], remotes[cmd["dst"]], cmd["nbytes"], imm=cmd.get("imm")).result(60)
                 _reply(conn, ok=True)
             else:

@@ -8,7 +8,6 @@ torch or CUDA, saying so.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 
 import xfer
 from conftest import PROVIDERS, make_engine
-from remote import _CTX
+from remote import _CTX, Remote
 
 KIB = 1024
 
@@ -31,53 +30,33 @@ def _torch():
     return torch
 
 
-class CudaRemote:
+class CudaRemote(Remote):
+    """remote.Remote's protocol, with a child whose regions are CUDA tensors."""
+
     def __init__(self, provider: str, env, device: str):
         from cuda_remote import serve
 
+        self.provider = provider
         self.conn, child = _CTX.Pipe()
         self.proc = _CTX.Process(target=serve, args=(child, provider, env, device), daemon=True)
         self.proc.start()
         child.close()
-        hello = self._json(120)
+        hello = self._recv_json(120)
         assert "error" not in hello, f"child engine failed: {hello}"
         self.id = hello["id"]
         self.address = self.conn.recv_bytes()
 
-    def _json(self, timeout: float):
-        assert self.conn.poll(timeout), f"child did not answer within {timeout} s (alive: {self.proc.is_alive()})"
-        return json.loads(self.conn.recv_bytes())
-
-    def check(self, op: str, _blob=None, **kw):
-        self.conn.send_bytes(json.dumps(dict(op=op, **kw)).encode())
-        if _blob is not None:
-            self.conn.send_bytes(_blob)
-        r = self._json(120)
-        assert r.get("ok"), f"child {op} failed: {r}"
-        return r
+    def call(self, op: str, _blob=None, _timeout: float = 120, **kw):
+        # GPU set-up and 64 MiB regions take longer than remote.py's 60 s allow.
+        return super().call(op, _blob, _timeout, **kw)
 
     def region(self, name: str, nbytes: int, guard: int = 256) -> bytes:
         r = self.check("region", name=name, nbytes=nbytes, guard=guard)
         assert r["gpu"] is not None, "the child's CUDA tensor did not register as GPU memory"
-        return self.conn.recv_bytes()
+        return self.blob()
 
-    def read(self, name: str) -> np.ndarray:
-        r = self.check("read", name=name)
-        data = self.conn.recv_bytes()
-        assert r["guard_intact"], "bytes around the child's GPU region were written"
-        return np.frombuffer(data, dtype=np.uint8)
-
-    def close(self) -> None:
-        if self.proc.is_alive():
-            try:
-                self.check("quit")
-            except (AssertionError, OSError, EOFError):
-                pass
-        self.proc.join(20)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
-        self.conn.close()
+    def read_array(self, name: str) -> np.ndarray:
+        return np.frombuffer(self.read(name), dtype=np.uint8)
 
 
 PARAMS = [(p, path) for p in PROVIDERS for path in ("ipc", "staged")]
@@ -128,7 +107,7 @@ def test_single_writes_with_offsets(gpair) -> None:
             eng.write(src, dst, ln, src_offset=so, dst_offset=do, imm=301).result(60)
             want[do : do + ln] = host[so : so + ln]
         assert remote.check("wait", key="s")["res"] == 0
-    assert np.array_equal(remote.read("single"), want)
+    assert np.array_equal(remote.read_array("single"), want)
     assert remote.check("disarm", imm=301)["arrived"] == 0  # each immediate exactly once
 
 
@@ -141,7 +120,7 @@ def test_whole_64mib_region(gpair) -> None:
         remote.check("expect", key="b", imm=302, count=1)
         eng.write(src, dst, imm=302).result(120)
         assert remote.check("wait", key="b", timeout=120)["res"] == 0
-    assert np.array_equal(remote.read("big"), src_t.cpu().numpy())
+    assert np.array_equal(remote.read_array("big"), src_t.cpu().numpy())
 
 
 def test_paged_write_1000_pages(gpair) -> None:
@@ -160,7 +139,7 @@ def test_paged_write_1000_pages(gpair) -> None:
     want = np.zeros(128 + pages * stride, np.uint8)
     for s, d in zip(sp.tolist(), dp.tolist()):
         want[128 + d * stride : 128 + d * stride + page] = host[s * page : (s + 1) * page]
-    assert np.array_equal(remote.read("paged"), want)
+    assert np.array_equal(remote.read_array("paged"), want)
 
 
 def test_zero_length_write_and_immediate_only(gpair) -> None:
@@ -172,7 +151,7 @@ def test_zero_length_write_and_immediate_only(gpair) -> None:
         eng.write(src, dst, 0, imm=304).result(60)
         eng.write_imm(peer, 304).result(60)
         assert remote.check("wait", key="z")["res"] == 0
-    assert not remote.read("zero").any()
+    assert not remote.read_array("zero").any()
 
 
 def test_child_writes_into_parent_gpu(gpair) -> None:
@@ -213,6 +192,6 @@ def test_scatter_into_gpu_region(gpair) -> None:
     want = np.zeros(n, np.uint8)
     want[10:100010] = host[:100000]
     want[n - 64 * KIB :] = host[300000 : 300000 + 64 * KIB]
-    assert np.array_equal(remote.read("sc"), want)
+    assert np.array_equal(remote.read_array("sc"), want)
     assert remote.check("disarm", imm=306)["arrived"] == 0
     group.close()
