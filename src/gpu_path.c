@@ -122,9 +122,8 @@ int gpu_ipc_begin(struct worker *w, xfer_rmr_t *r, int dev, void **stream)
 		return -XFER_ENOGPU;
 	if (w->gpu_count == GPU_RING)
 		return -EAGAIN;
-	/* Any device's context can open the handle; the caller prefers the source's. */
-	if (use_dev(w, dev))
-		return -XFER_ENOGPU;
+	/* Any device's context can open the handle; the caller prefers the
+	 * source's. worker_stream makes it current. */
 	if (!worker_stream(w, dev))
 		return -XFER_ENOGPU;
 	uint32_t slot = (w->gpu_head + w->gpu_count) % GPU_RING;
