@@ -171,18 +171,15 @@ int engine_bringup(xfer_engine_t *e, struct worker *w)
 }
 
 /* mr.c */
+xfer_mr_t *mr_alloc(xfer_engine_t *e, void *buf, size_t len);
 int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr);
 void mr_release_on_nics(xfer_engine_t *e, xfer_mr_t *mr);
 
 static int reg_internal(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
 {
-	xfer_mr_t *mr = calloc(1, sizeof(*mr));
+	xfer_mr_t *mr = mr_alloc(e, buf, len);
 	if (!mr)
 		return -ENOMEM;
-	mr->e = e;
-	mr->buf = buf;
-	mr->len = len;
-	mr->gpu = -1;
 	int ret = mr_register_on_nics(e, mr);
 	if (ret) {
 		free(mr);

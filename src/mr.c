@@ -124,6 +124,20 @@ static int dereg_on_worker(xfer_engine_t *e, void *arg)
 	return 0;
 }
 
+/* A region of host memory not yet registered anywhere (engine.c registers
+ * its own buffers with it too). */
+xfer_mr_t *mr_alloc(xfer_engine_t *e, void *buf, size_t len)
+{
+	xfer_mr_t *mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return NULL;
+	mr->e = e;
+	mr->buf = buf;
+	mr->len = len;
+	mr->gpu = -1;
+	return mr;
+}
+
 int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
 {
 	if (!e || !buf || !len || !out || (uintptr_t)buf > UINTPTR_MAX - len)
@@ -131,13 +145,9 @@ int xfer_mr_reg(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
 	for (unsigned n = 0; n < e->nnics; n++)
 		if (len > e->nics[n].max_msg && e->nics[n].max_msg < SIZE_MAX / 2)
 			xdbg("region of %zu bytes exceeds one transfer on %s", len, e->nics[n].domain);
-	xfer_mr_t *mr = calloc(1, sizeof(*mr));
+	xfer_mr_t *mr = mr_alloc(e, buf, len);
 	if (!mr)
 		return -ENOMEM;
-	mr->e = e;
-	mr->buf = buf;
-	mr->len = len;
-	mr->gpu = -1;
 	mr->id = atomic_fetch_add(&e->next_region_id, 1);
 	int dev = cuda_device_of(buf), ret = 0;
 	if (dev >= 0)
