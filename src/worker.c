@@ -358,21 +358,16 @@ static bool multi_peer(const struct op *op)
 	return op->s.kind == SUB_SCATTER || op->s.kind == SUB_BARRIER;
 }
 
-static void set_entry_status(struct op *op, uint32_t i, int status)
+void scatter_entry_status(struct op *op, uint32_t i, int status)
 {
 	/* Once the user has its completion the array may be gone. */
 	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status && !op->user_done)
 		op->s.u.scatter.status[i] = status;
 }
 
-void scatter_entry_status(struct op *op, uint32_t i, int status)
-{
-	set_entry_status(op, i, status);
-}
-
 void scatter_entry_failed(struct worker *w, struct op *op, uint32_t i, int status)
 {
-	set_entry_status(op, i, status);
+	scatter_entry_status(op, i, status);
 	if (op->status == 0)
 		op->status = status;
 	if (is_peer_failure(status))
@@ -507,7 +502,7 @@ post:
 		if (ret < 0) {
 			if (multi_peer(op)) {
 				/* One member's failure does not stop the others. */
-				set_entry_status(op, i, ret);
+				scatter_entry_status(op, i, ret);
 				if (op->status == 0)
 					op->status = ret;
 				op->posted++;
@@ -688,7 +683,7 @@ static void on_tx(struct worker *w, struct wr *wr, int status)
 		return;
 	}
 	op->done++;
-	set_entry_status(op, i, status);
+	scatter_entry_status(op, i, status);
 	/* A scatter entry in a peer's mirror: this context carries its notice. */
 	if (status == 0 && op->s.kind == SUB_SCATTER && gpu_entry_staged(op, i))
 		gpu_entry_landed(w, wr, true);
