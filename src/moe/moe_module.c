@@ -72,10 +72,16 @@ static void peer_down(void *ctx, uint32_t peer, uint64_t engine_id, int reason)
 	(void)engine_id;
 	if (atomic_load(&m->closing))
 		return; /* ranks leave one by one once all have said goodbye */
+	uint32_t blamed = atomic_load(&m->abort_from);
 	for (uint32_t r = 0; r < m->cfg.world_size; r++)
 		if (r != m->cfg.rank && m->peers[r].peer == peer) {
-			moe_fail(m, -XFER_EPEER, r, "rank %u was declared dead (%s: no answer to liveness probes)",
-				 r, xfer_strerror(reason));
+			/* A rank that left after reporting another's failure is not the culprit. */
+			if (blamed && blamed - 1 != r)
+				moe_fail(m, -XFER_EPEER, blamed - 1, "rank %u failed (another rank reported it; "
+					 "rank %u has since left)", blamed - 1, r);
+			else
+				moe_fail(m, -XFER_EPEER, r, "rank %u was declared dead (%s: no answer to "
+					 "liveness probes)", r, xfer_strerror(reason));
 			return;
 		}
 }

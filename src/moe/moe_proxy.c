@@ -120,7 +120,12 @@ static void fail_op(struct xfer_moe *m, struct moe_slot *s, int kind, uint32_t r
 				 peer_dead(m, rank) ? " (the rank was declared dead)" : "");
 		return;
 	}
-	if (res == -ETIMEDOUT)
+	uint32_t blamed = atomic_load(&m->abort_from);
+	if (blamed && blamed - 1 != src) /* src may only be waiting for the rank another blames */
+		moe_fail(m, -XFER_EPEER, blamed - 1, "rank %u failed (another rank reported it); here, "
+			 "round %u: waiting for %s from rank %u: %s", blamed - 1, round, phase_what(kind), src,
+			 xfer_strerror(res));
+	else if (res == -ETIMEDOUT)
 		moe_fail(m, res, src, "round %u: rank %u did not deliver %s within %" PRIu64 " ms%s", round,
 			 src, phase_what(kind), m->cfg.timeout_ms,
 			 peer_dead(m, src) ? " (the rank was declared dead)" : "");
@@ -207,6 +212,11 @@ static void expect(struct xfer_moe *m, struct moe_slot *s, int kind, uint32_t ph
 		   uint32_t count)
 {
 	struct xfer_completion c = done_by(m, kind, s, src);
+	/* A CONS is owed once its sender has received the round, which may wait
+	 * on a third rank: its lateness names nobody. A rank that never sends
+	 * it is caught by the next round's route counter. */
+	if (kind == MOE_OP_E_CONS)
+		c.timeout_ms = UINT64_MAX / 2;
 	atomic_fetch_add(&s->ops, 1);
 	int rc;
 	uint64_t t0 = moe_now_ns();
