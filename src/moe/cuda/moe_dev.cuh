@@ -1,0 +1,127 @@
+/*
+ * What every MoE kernel knows: struct moe_dev, passed by value, with the
+ * config, this rank's buffers and where things are in its arena; plus the
+ * memory-ordering helpers.
+ *
+ * The arena is one device allocation per rank, laid out the same on every
+ * rank (the configs are equal), exported through CUDA IPC so that same-host
+ * ranks can raise its flags and write its route table:
+ *   round                 the device's round counter (the route kernel bumps it)
+ *   ready[W]              rank s's records and route vector of the round are
+ *                         in its send buffer and our route table (s writes 1)
+ *   cons[W]               rank s has read our records (s writes 1)
+ *   comb[W]               rank s has written its combine rows for us (s writes 1)
+ *   counters[16]          last-block detection of each kernel
+ *   route[2][W][RV]       route vectors of same-host ranks, by round parity
+ *   tok_*[T*K]            the sender's routing (moe_route.c's struct moe_route)
+ *   plan                  the receiver's plan (moe_plan.c's struct moe_plan)
+ *   q_row[rows]           row of each entry of the combine pair stream
+ *   peer tables           this process's pointers to each rank's arena, send
+ *                         buffer and combine buffer (0 for remote ranks)
+ *   wait lists            the flags each wait point lowers, for the wait kernel
+ * Flags are 1 ("go") or 0; the waiting side lowers them (docs/moe.md).
+ */
+#ifndef XFER_MOE_DEV_CUH
+#define XFER_MOE_DEV_CUH
+
+#include <stdint.h>
+
+#include "moe_format.h"
+#include "xfer_moe.h"
+
+enum { CNT_PACK_REMOTE, CNT_PACK_ALL, CNT_SHUFFLE, CNT_CSEND_REMOTE, CNT_CSEND_ALL, CNT_CRECV, CNT_N = 16 };
+enum { MISC_REC_TOTAL, MISC_Q_REMOTE, MISC_Q_TOTAL, MISC_BAD, MISC_N = 8 };
+enum { WP_SEND, WP_RECV, WP_CSEND, WP_CRECV, WP_N };
+
+struct moe_dev {
+	uint32_t W, me, E, L, K, H, T, db, scales, P, O, layout, cap, align;
+	uint32_t RV, RB, PB, SB, MB, CB, G; /* G: scale groups per token (H/128) */
+	uint32_t n_remote;
+	uint64_t timeout_ns;
+	uint8_t *arena;
+	uint8_t *send, *recv, *comb_send, *comb_recv;
+	struct xfer_moe_ctl *ctl; /* device address of the pinned control words */
+	uint32_t *rv_host, *rtab_host;
+	/* arena offsets (bytes) */
+	uint64_t o_round, o_ready, o_cons, o_comb, o_cnt, o_route;
+	uint64_t o_rec, o_lead, o_q, o_j, o_pb, o_tcomb;
+	uint64_t o_c, o_pr, o_cb, o_first, o_ovf, o_ntok, o_recpref, o_recsrc, o_qstart, o_qsrc;
+	uint64_t o_counts, o_offsets, o_base, o_misc, o_qrow;
+	uint64_t o_peer_arena, o_peer_send, o_peer_comb, o_same, o_wait, o_wait_rank;
+	uint32_t wait_n[WP_N]; /* flags of each wait point (the lists hold W+1 each) */
+};
+
+#define ARENA(d, T, off) ((T *)((d).arena + (d).off))
+
+__device__ __forceinline__ uint32_t ld_acquire_sys(const volatile uint32_t *p)
+{
+	uint32_t v;
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ __forceinline__ void st_release_sys(volatile uint32_t *p, uint32_t v)
+{
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t global_ns()
+{
+	uint64_t t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__device__ __forceinline__ bool same_host(const moe_dev &d, uint32_t r)
+{
+	return ARENA(d, const uint8_t, o_same)[r] != 0;
+}
+
+__device__ __forceinline__ uint8_t *peer_arena(const moe_dev &d, uint32_t r)
+{
+	return (uint8_t *)ARENA(d, const uint64_t, o_peer_arena)[r];
+}
+
+/* First kernel-side error of the module (the proxy reports it). */
+__device__ __forceinline__ void kernel_error(const moe_dev &d, uint32_t code, uint32_t info)
+{
+	if (atomicCAS((unsigned int *)&d.ctl->k_error, 0u, code) == 0u) {
+		d.ctl->k_error_info = info;
+		__threadfence_system();
+	}
+}
+
+/* The proxy failed: every kernel of the round hands back nothing. */
+__device__ __forceinline__ bool proxy_failed(const moe_dev &d)
+{
+	return ld_acquire_sys((const volatile uint32_t *)&d.ctl->p_error) != 0;
+}
+
+/* 16-byte copies; src may be another GPU's memory (IPC) or written by a
+ * copy engine or a peer during an earlier kernel: read through L2. */
+__device__ __forceinline__ void copy16(uint8_t *dst, const uint8_t *src, uint32_t bytes)
+{
+	for (uint32_t o = threadIdx.x * 16u; o < bytes; o += blockDim.x * 16u)
+		*(uint4 *)(dst + o) = __ldcg((const uint4 *)(src + o));
+}
+
+/* Signals that the last block of a kernel to reach it does; counters are
+ * reset by that block, so that graph replays start from zero. */
+__device__ __forceinline__ bool last_block(const moe_dev &d, uint32_t which)
+{
+	__shared__ bool last;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence_system();
+		uint32_t *cnt = ARENA(d, uint32_t, o_cnt) + which;
+		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
+		if (last) {
+			*cnt = 0;
+			__threadfence_system();
+		}
+	}
+	__syncthreads();
+	return last;
+}
+
+#endif

@@ -1,0 +1,613 @@
+/*
+ * libxfer_moe_cuda.so, host side: buffers, the arena's layout, CUDA IPC
+ * between same-host ranks, the wait points and the launchers of the kernels
+ * (moe_kernels.cu) on the caller's stream.
+ */
+#include <cuda.h> /* types of the stream memory operations only: no libcuda link */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moe_cuda.h"
+#include "moe_kernels.cuh"
+
+#define ENOGPU 263 /* XFER_ENOGPU */
+
+static thread_local char last_err[320];
+
+extern "C" XFER_MOE_CUDA_API const char *xfer_moe_cuda_error(void)
+{
+	return last_err;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_version(void)
+{
+	return XFER_MOE_CUDA_VERSION;
+}
+
+__attribute__((format(printf, 2, 3))) static int fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last_err, sizeof(last_err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static int cuda_fail(cudaError_t e, const char *what)
+{
+	int rc = (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+		  e == cudaErrorInitializationError)
+			 ? -ENOGPU
+			 : -EIO;
+	return fail(rc, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define CU(call, what)                               \
+	do {                                         \
+		cudaError_t e_ = (call);             \
+		if (e_ != cudaSuccess)               \
+			return cuda_fail(e_, what);  \
+	} while (0)
+
+typedef CUresult (*batch_fn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
+
+/* The stream memory operations are a driver API: found at first use, so
+ * that this library loads (and fails politely) without a driver. */
+static batch_fn batch_op(void)
+{
+	static batch_fn fn;
+	static bool tried;
+	if (!tried) {
+		tried = true;
+		void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+		if (h)
+			fn = (batch_fn)dlsym(h, "cuStreamBatchMemOp_v2");
+	}
+	return fn;
+}
+
+struct ipc_blob {
+	uint32_t magic, version, rank, world;
+	int32_t pid, device;
+	uint8_t uuid[16];
+	uint64_t arena_bytes, send_bytes, comb_bytes;
+	cudaIpcMemHandle_t h[3]; /* arena, send buffer, combine receive buffer */
+};
+#define IPC_MAGIC 0x434f4d58u /* "XMOC" */
+
+struct xfer_moe_cuda {
+	int device, wait;
+	struct xfer_moe_config cfg;
+	uint32_t *host_of;
+	struct xfer_moe_sizes z;
+	moe_dev d;
+	uint8_t *arena, *send, *recv, *comb_send, *comb_recv;
+	uint64_t arena_bytes;
+	struct xfer_moe_ctl *ctl_h;
+	uint32_t *rv_h, *rtab_h;
+	cudaIpcMemHandle_t ipc[3];
+	void **opened;          /* [3*W] handles opened from same-host ranks */
+	uint8_t *same;          /* [W] */
+	uint32_t *ones;         /* [W] of 1: what release copies over the flags */
+	uint32_t route_threads, route_smem, pack_smem, grid;
+	CUdeviceptr *wait_ptr[WP_N]; /* W+1 each, for stream waits */
+	cudaStream_t rel;
+	uint8_t uuid[16];
+	bool connected;
+};
+
+static uint64_t place(uint64_t *at, uint64_t bytes)
+{
+	uint64_t o = *at;
+	*at = (o + bytes + 15) & ~15ull;
+	return o;
+}
+
+static void layout_arena(xfer_moe_cuda_t *g)
+{
+	moe_dev &d = g->d;
+	uint64_t at = 0, W = d.W, TK = (uint64_t)d.T * d.K, WP1 = (uint64_t)WP_N * (W + 1);
+	d.o_round = place(&at, 16);
+	d.o_ready = place(&at, 4 * W);
+	d.o_cons = place(&at, 4 * W);
+	d.o_comb = place(&at, 4 * W);
+	d.o_cnt = place(&at, 4 * CNT_N);
+	d.o_route = place(&at, 2 * W * d.RV * 4);
+	d.o_rec = place(&at, 4 * TK);
+	d.o_lead = place(&at, TK);
+	d.o_q = place(&at, TK);
+	d.o_j = place(&at, 4 * TK);
+	d.o_pb = place(&at, 4 * TK);
+	d.o_tcomb = place(&at, 4 * TK);
+	d.o_c = place(&at, 4 * W);
+	d.o_pr = place(&at, 4 * W);
+	d.o_cb = place(&at, 4 * W);
+	d.o_first = place(&at, 8 * W);
+	d.o_ovf = place(&at, 8 * W);
+	d.o_ntok = place(&at, 4 * W);
+	d.o_recpref = place(&at, 4 * (W + 1));
+	d.o_recsrc = place(&at, 4 * W);
+	d.o_qstart = place(&at, 4 * (W + 1));
+	d.o_qsrc = place(&at, 4 * W);
+	d.o_counts = place(&at, 4 * d.L);
+	d.o_offsets = place(&at, 4 * (d.L + 1));
+	d.o_base = place(&at, 4 * W * d.L);
+	d.o_misc = place(&at, 4 * MISC_N);
+	d.o_qrow = place(&at, 4 * g->z.expert_rows);
+	d.o_peer_arena = place(&at, 8 * W);
+	d.o_peer_send = place(&at, 8 * W);
+	d.o_peer_comb = place(&at, 8 * W);
+	d.o_same = place(&at, W);
+	d.o_wait = place(&at, 8 * WP1);
+	d.o_wait_rank = place(&at, 4 * WP1);
+	g->arena_bytes = at;
+}
+
+static int alloc_dev(uint8_t **p, uint64_t bytes, const char *what)
+{
+	*p = NULL;
+	if (!bytes)
+		return 0;
+	CU(cudaMalloc((void **)p, bytes), what);
+	CU(cudaMemset(*p, 0, bytes), what);
+	return 0;
+}
+
+static int alloc_pinned(void **h, void **dptr, uint64_t bytes, const char *what)
+{
+	CU(cudaHostAlloc(h, bytes, cudaHostAllocMapped | cudaHostAllocPortable), what);
+	memset(*h, 0, bytes);
+	CU(cudaHostGetDevicePointer(dptr, *h, 0), what);
+	return 0;
+}
+
+/* The flags each wait point lowers: same-host ranks' in our arena, the
+ * proxy's in the pinned control words (only with remote ranks). */
+static int build_waits(xfer_moe_cuda_t *g)
+{
+	moe_dev &d = g->d;
+	uint32_t W = d.W;
+	uint64_t *dev = (uint64_t *)calloc((size_t)WP_N * (W + 1), 8);
+	uint32_t *rank = (uint32_t *)calloc((size_t)WP_N * (W + 1), 4);
+	if (!dev || !rank) {
+		free(dev);
+		free(rank);
+		return fail(-ENOMEM, "out of memory");
+	}
+	uint64_t arena_offs[WP_N] = {d.o_cons, d.o_ready, 0, d.o_comb};
+	volatile uint32_t *proxy_flag[WP_N] = {&d.ctl->tx_ready, &d.ctl->recv_flag, &d.ctl->comb_tx_ready,
+					       &d.ctl->comb_flag};
+	for (int wp = 0; wp < WP_N; wp++) {
+		uint32_t n = 0;
+		uint64_t *list = dev + (uint64_t)wp * (W + 1);
+		if (arena_offs[wp])
+			for (uint32_t s = 0; s < W; s++)
+				if (s != d.me && g->same[s]) {
+					rank[(uint64_t)wp * (W + 1) + n] = s;
+					list[n++] = (uint64_t)(uintptr_t)(g->arena + arena_offs[wp] + 4ull * s);
+				}
+		if (d.n_remote) {
+			rank[(uint64_t)wp * (W + 1) + n] = UINT32_MAX;
+			list[n++] = (uint64_t)(uintptr_t)proxy_flag[wp];
+		}
+		d.wait_n[wp] = n;
+		g->wait_ptr[wp] = (CUdeviceptr *)calloc(W + 1, sizeof(CUdeviceptr));
+		if (!g->wait_ptr[wp]) {
+			free(dev);
+			free(rank);
+			return fail(-ENOMEM, "out of memory");
+		}
+		for (uint32_t i = 0; i < n; i++)
+			g->wait_ptr[wp][i] = (CUdeviceptr)list[i];
+	}
+	cudaError_t e = cudaMemcpy(g->arena + d.o_wait, dev, (size_t)WP_N * (W + 1) * 8, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(g->arena + d.o_wait_rank, rank, (size_t)WP_N * (W + 1) * 4, cudaMemcpyHostToDevice);
+	free(dev);
+	free(rank);
+	CU(e, "cudaMemcpy (wait lists)");
+	return 0;
+}
+
+static int write_peer_tables(xfer_moe_cuda_t *g)
+{
+	uint32_t W = g->d.W;
+	uint64_t *t = (uint64_t *)calloc(3 * (size_t)W, 8);
+	if (!t)
+		return fail(-ENOMEM, "out of memory");
+	for (uint32_t s = 0; s < W; s++) {
+		void **o = g->opened + 3 * (size_t)s;
+		bool me = s == g->d.me;
+		t[s] = (uint64_t)(uintptr_t)(me ? g->arena : o[0]);
+		t[W + s] = (uint64_t)(uintptr_t)(me ? g->send : o[1]);
+		t[2 * W + s] = (uint64_t)(uintptr_t)(me ? g->comb_recv : o[2]);
+	}
+	cudaError_t e = cudaMemcpy(g->arena + g->d.o_peer_arena, t, 8ull * W, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(g->arena + g->d.o_peer_send, t + W, 8ull * W, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(g->arena + g->d.o_peer_comb, t + 2 * W, 8ull * W, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(g->arena + g->d.o_same, g->same, W, cudaMemcpyHostToDevice);
+	free(t);
+	CU(e, "cudaMemcpy (peer tables)");
+	return 0;
+}
+
+static int create(const struct xfer_moe_config *c, int device, int wait, xfer_moe_cuda_t *g,
+		  struct xfer_moe_buffers *bufs)
+{
+	if (xfer_moe_config_check(c))
+		return fail(-EINVAL, "invalid MoE config: %s", xfer_moe_config_why(c));
+	g->cfg = *c;
+	xfer_moe_config_resolve(&g->cfg);
+	xfer_moe_sizes(&g->cfg, &g->z);
+	const struct xfer_moe_config &k = g->cfg;
+	uint32_t W = k.world_size;
+	g->device = device;
+	g->wait = wait;
+	g->same = (uint8_t *)calloc(W, 1);
+	g->ones = (uint32_t *)malloc(4ull * W);
+	g->opened = (void **)calloc(3 * (size_t)W, sizeof(void *));
+	if (!g->same || !g->ones || !g->opened)
+		return fail(-ENOMEM, "out of memory");
+	for (uint32_t s = 0; s < W; s++) {
+		g->same[s] = moe_host(c->host_of, s) == moe_host(c->host_of, k.rank);
+		g->ones[s] = 1;
+	}
+	if (wait == XFER_MOE_WAIT_STREAM && !batch_op())
+		return fail(-ENOSYS, "stream waits need cuStreamBatchMemOp_v2 from libcuda.so.1: %s", dlerror());
+	int ndev = 0;
+	CU(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
+	if (device < 0 || device >= ndev)
+		return fail(-ENODEV, "no CUDA device %d (%d present)", device, ndev);
+	CU(cudaSetDevice(device), "cudaSetDevice");
+	cudaDeviceProp prop;
+	CU(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+	memcpy(g->uuid, &prop.uuid, 16);
+	moe_dev &d = g->d;
+	memset(&d, 0, sizeof(d));
+	d.W = W;
+	d.me = k.rank;
+	d.E = k.num_experts;
+	d.L = g->z.local_experts;
+	d.K = k.topk;
+	d.H = k.hidden;
+	d.T = k.max_tokens;
+	d.db = k.dispatch_bytes;
+	d.scales = k.scales;
+	d.P = k.private_tokens;
+	d.O = k.overflow_tokens;
+	d.layout = k.layout;
+	d.cap = k.expert_capacity;
+	d.align = k.expert_align;
+	d.RV = g->z.route_words;
+	d.RB = g->z.record_bytes;
+	d.PB = g->z.payload_bytes;
+	d.SB = g->z.scale_bytes;
+	d.MB = g->z.meta_bytes;
+	d.CB = g->z.combine_row_bytes;
+	d.G = k.hidden / XFER_MOE_SCALE_BLOCK;
+	d.n_remote = g->z.remote_ranks;
+	d.timeout_ns = k.timeout_ms * 1000000ull;
+	layout_arena(g);
+	int rc;
+	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
+	    (rc = alloc_dev(&g->send, g->z.send_bytes, "cudaMalloc (send buffer)")) ||
+	    (rc = alloc_dev(&g->recv, g->z.recv_bytes, "cudaMalloc (receive buffer)")) ||
+	    (rc = alloc_dev(&g->comb_send, g->z.comb_send_bytes, "cudaMalloc (combine send buffer)")) ||
+	    (rc = alloc_dev(&g->comb_recv, g->z.comb_recv_bytes, "cudaMalloc (combine receive buffer)")))
+		return rc;
+	void *ctl_d, *rv_d, *rtab_d;
+	if ((rc = alloc_pinned((void **)&g->ctl_h, &ctl_d, sizeof(struct xfer_moe_ctl), "cudaHostAlloc (control words)")) ||
+	    (rc = alloc_pinned((void **)&g->rv_h, &rv_d, g->z.route_vec_bytes, "cudaHostAlloc (route vectors)")) ||
+	    (rc = alloc_pinned((void **)&g->rtab_h, &rtab_d, g->z.route_table_bytes, "cudaHostAlloc (route table)")))
+		return rc;
+	/* The same initial values xfer_moe_create gives them. */
+	g->ctl_h->tx_ready = 1;
+	g->ctl_h->comb_tx_ready = 1;
+	g->ctl_h->p_error_rank = UINT32_MAX;
+	d.arena = g->arena;
+	d.send = g->send;
+	d.recv = g->recv;
+	d.comb_send = g->comb_send;
+	d.comb_recv = g->comb_recv;
+	d.ctl = (struct xfer_moe_ctl *)ctl_d;
+	d.rv_host = (uint32_t *)rv_d;
+	d.rtab_host = (uint32_t *)rtab_d;
+	/* Our records start out read: the first round need not wait. */
+	CU(cudaMemcpy(g->arena + d.o_cons, g->ones, 4ull * W, cudaMemcpyHostToDevice), "cudaMemcpy (flags)");
+	if ((rc = write_peer_tables(g)) || (rc = build_waits(g)))
+		return rc;
+	/* The route kernel: as many warps as the histograms leave room for. */
+	uint32_t per_warp = (d.E + 2 * W) * 4, fixed = (d.E + 4 * W) * 4;
+	uint32_t nw = (uint32_t)((46 * 1024 - (int)fixed) / (int)per_warp);
+	nw = nw < 1 ? 1 : nw > 32 ? 32 : nw;
+	g->route_threads = nw * 32;
+	g->route_smem = nw * per_warp + fixed;
+	if (g->route_smem > 48 * 1024)
+		CU(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					(int)g->route_smem), "cudaFuncSetAttribute (route)");
+	g->pack_smem = d.PB + d.SB;
+	if (g->pack_smem > (uint32_t)prop.sharedMemPerBlockOptin)
+		return fail(-EINVAL, "a token of %u bytes does not fit in shared memory (%zu)", g->pack_smem,
+			    (size_t)prop.sharedMemPerBlockOptin);
+	if (g->pack_smem > 48 * 1024)
+		CU(cudaFuncSetAttribute(moe_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					(int)g->pack_smem), "cudaFuncSetAttribute (pack)");
+	g->grid = 2u * (uint32_t)prop.multiProcessorCount;
+	CU(cudaIpcGetMemHandle(&g->ipc[0], g->arena), "cudaIpcGetMemHandle (arena)");
+	CU(cudaIpcGetMemHandle(&g->ipc[1], g->send), "cudaIpcGetMemHandle (send buffer)");
+	CU(cudaIpcGetMemHandle(&g->ipc[2], g->comb_recv), "cudaIpcGetMemHandle (combine buffer)");
+	CU(cudaStreamCreateWithFlags(&g->rel, cudaStreamNonBlocking), "cudaStreamCreate");
+	memset(bufs, 0, sizeof(*bufs));
+	bufs->send = g->send;
+	bufs->recv = g->recv;
+	bufs->comb_send = g->comb_send;
+	bufs->comb_recv = g->comb_recv;
+	bufs->route_vec = g->rv_h;
+	bufs->route_table = g->rtab_h;
+	bufs->ctl = g->ctl_h;
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_create(const struct xfer_moe_config *c, int device,
+						      int wait, struct xfer_moe_buffers *bufs,
+						      xfer_moe_cuda_t **out)
+{
+	if (!c || !bufs || !out || (wait != XFER_MOE_WAIT_KERNEL && wait != XFER_MOE_WAIT_STREAM))
+		return fail(-EINVAL, "xfer_moe_cuda_create: bad arguments");
+	*out = NULL;
+	xfer_moe_cuda_t *g = (xfer_moe_cuda_t *)calloc(1, sizeof(*g));
+	if (!g)
+		return fail(-ENOMEM, "out of memory");
+	int rc = create(c, device, wait, g, bufs);
+	if (rc) {
+		char keep[sizeof(last_err)];
+		memcpy(keep, last_err, sizeof(keep));
+		xfer_moe_cuda_destroy(g);
+		memcpy(last_err, keep, sizeof(keep));
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_ipc_info(const xfer_moe_cuda_t *g, void *buf, size_t cap)
+{
+	if (!g || !buf || cap < sizeof(struct ipc_blob))
+		return fail(-ENOSPC, "xfer_moe_cuda_ipc_info: %zu bytes needed", sizeof(struct ipc_blob));
+	struct ipc_blob b;
+	memset(&b, 0, sizeof(b));
+	b.magic = IPC_MAGIC;
+	b.version = XFER_MOE_CUDA_VERSION;
+	b.rank = g->d.me;
+	b.world = g->d.W;
+	b.pid = (int32_t)getpid();
+	b.device = g->device;
+	memcpy(b.uuid, g->uuid, 16);
+	b.arena_bytes = g->arena_bytes;
+	b.send_bytes = g->z.send_bytes;
+	b.comb_bytes = g->z.comb_recv_bytes;
+	memcpy(b.h, g->ipc, sizeof(b.h));
+	memcpy(buf, &b, sizeof(b));
+	return (int)sizeof(b);
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_connect(xfer_moe_cuda_t *g, const void *const *infos,
+						       const size_t *lens)
+{
+	if (!g || !infos || !lens || g->connected)
+		return fail(-EINVAL, "xfer_moe_cuda_connect: bad arguments");
+	CU(cudaSetDevice(g->device), "cudaSetDevice");
+	uint32_t W = g->d.W;
+	for (uint32_t s = 0; s < W; s++) {
+		if (s == g->d.me || !g->same[s])
+			continue;
+		struct ipc_blob b;
+		if (lens[s] != sizeof(b) || !infos[s])
+			return fail(-EPROTO, "rank %u: IPC information of %zu bytes, want %zu", s, lens[s], sizeof(b));
+		memcpy(&b, infos[s], sizeof(b));
+		if (b.magic != IPC_MAGIC || b.version != XFER_MOE_CUDA_VERSION || b.rank != s || b.world != W)
+			return fail(-EPROTO, "rank %u: IPC information of another module or version", s);
+		if (b.arena_bytes != g->arena_bytes || b.send_bytes != g->z.send_bytes ||
+		    b.comb_bytes != g->z.comb_recv_bytes)
+			return fail(-EPROTO, "rank %u has another MoE configuration (buffer sizes differ)", s);
+		void **o = g->opened + 3 * (size_t)s;
+		for (int i = 0; i < 3; i++) {
+			cudaError_t e = cudaIpcOpenMemHandle(&o[i], b.h[i], cudaIpcMemLazyEnablePeerAccess);
+			if (e != cudaSuccess)
+				return fail(-EIO, "rank %u (pid %d, device %d): cudaIpcOpenMemHandle: %s", s, b.pid,
+					    b.device, cudaGetErrorString(e));
+		}
+	}
+	int rc = write_peer_tables(g);
+	if (rc)
+		return rc;
+	g->connected = true;
+	return 0;
+}
+
+/* A wait point: the stream waits for every flag to be 1 and lowers them, or
+ * a one-warp kernel does the same with the deadline. */
+static int wait_point(xfer_moe_cuda_t *g, int wp, cudaStream_t st)
+{
+	uint32_t n = g->d.wait_n[wp];
+	if (!n)
+		return 0;
+	if (g->wait == XFER_MOE_WAIT_KERNEL) {
+		moe_wait_kernel<<<1, 32, 0, st>>>(g->d, (uint32_t)wp);
+		CU(cudaGetLastError(), "launching the wait kernel");
+		return 0;
+	}
+	const uint32_t CHUNK = 64;
+	CUstreamBatchMemOpParams ops[CHUNK];
+	for (int write = 0; write < 2; write++) /* every wait before any lowering */
+		for (uint32_t i = 0; i < n; i += CHUNK) {
+			uint32_t m = n - i < CHUNK ? n - i : CHUNK;
+			memset(ops, 0, sizeof(ops));
+			for (uint32_t j = 0; j < m; j++) {
+				if (!write) {
+					ops[j].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+					ops[j].waitValue.address = g->wait_ptr[wp][i + j];
+					ops[j].waitValue.value = 1;
+					ops[j].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+				} else {
+					ops[j].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+					ops[j].writeValue.address = g->wait_ptr[wp][i + j];
+					ops[j].writeValue.value = 0;
+					ops[j].writeValue.flags = 0;
+				}
+			}
+			CUresult r = batch_op()((CUstream)st, m, ops, 0);
+			if (r != CUDA_SUCCESS)
+				return fail(-EIO, "cuStreamBatchMemOp (%s): CUresult %d", write ? "lower" : "wait", (int)r);
+		}
+	return 0;
+}
+
+static int ready(xfer_moe_cuda_t *g, const char *op)
+{
+	if (!g)
+		return fail(-EINVAL, "%s: no module", op);
+	if (!g->connected)
+		return fail(-EINVAL, "%s: not connected", op);
+	CU(cudaSetDevice(g->device), "cudaSetDevice");
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_send(xfer_moe_cuda_t *g, uint32_t n, const void *x,
+							     const float *x_scales, int quantize,
+							     const void *topk_idx, int idx_bytes,
+							     uint64_t stream)
+{
+	int rc = ready(g, "dispatch_send");
+	if (rc)
+		return rc;
+	const moe_dev &d = g->d;
+	if (n > d.T)
+		return fail(-EINVAL, "dispatch_send: %u tokens, max_tokens is %u", n, d.T);
+	if (n && (!x || !topk_idx))
+		return fail(-EINVAL, "dispatch_send: no tokens or no indices");
+	if (idx_bytes != 4 && idx_bytes != 8)
+		return fail(-EINVAL, "dispatch_send: indices of %d bytes", idx_bytes);
+	if (quantize && !(d.db == 1 && d.scales))
+		return fail(-EINVAL, "dispatch_send: quantizing needs an fp8 config with scales");
+	if (n && d.scales && !quantize && !x_scales)
+		return fail(-EINVAL, "dispatch_send: fp8 tokens without their scales");
+	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
+	moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes);
+	CU(cudaGetLastError(), "launching the route kernel");
+	if ((rc = wait_point(g, WP_SEND, st)))
+		return rc;
+	moe_pack_kernel<<<n ? n : 1, 256, g->pack_smem, st>>>(d, n, (const uint8_t *)x, x_scales, quantize,
+								topk_idx, idx_bytes);
+	CU(cudaGetLastError(), "launching the pack kernel");
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_recv(xfer_moe_cuda_t *g, void *out_x, float *out_scales,
+							     int32_t *counts, int32_t *offsets,
+							     int32_t *src_rank, int32_t *src_token,
+							     uint64_t stream)
+{
+	int rc = ready(g, "dispatch_recv");
+	if (rc)
+		return rc;
+	if (!out_x || !counts || (g->d.SB && !out_scales))
+		return fail(-EINVAL, "dispatch_recv: an output is missing");
+	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
+	if ((rc = wait_point(g, WP_RECV, st)))
+		return rc;
+	moe_plan_kernel<<<1, 256, 0, st>>>(g->d, counts, offsets);
+	CU(cudaGetLastError(), "launching the plan kernel");
+	moe_shuffle_kernel<<<g->grid, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
+	CU(cudaGetLastError(), "launching the shuffle kernel");
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_send(xfer_moe_cuda_t *g, const void *expert_out,
+							    uint64_t stream)
+{
+	int rc = ready(g, "combine_send");
+	if (rc)
+		return rc;
+	if (!expert_out)
+		return fail(-EINVAL, "combine_send: no expert output");
+	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
+	if ((rc = wait_point(g, WP_CSEND, st)))
+		return rc;
+	moe_comb_send_kernel<<<g->grid, 256, 0, st>>>(g->d, (const uint8_t *)expert_out);
+	CU(cudaGetLastError(), "launching the combine send kernel");
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, uint32_t n, const float *weights,
+							    void *out, uint64_t stream)
+{
+	int rc = ready(g, "combine_recv");
+	if (rc)
+		return rc;
+	if (n > g->d.T || (n && (!weights || !out)))
+		return fail(-EINVAL, "combine_recv: bad token count or missing buffers");
+	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
+	if ((rc = wait_point(g, WP_CRECV, st)))
+		return rc;
+	moe_comb_recv_kernel<<<n ? n : 1, 256, 0, st>>>(g->d, n, weights, (uint16_t *)out);
+	CU(cudaGetLastError(), "launching the combine receive kernel");
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API void xfer_moe_cuda_release(void *p)
+{
+	xfer_moe_cuda_t *g = (xfer_moe_cuda_t *)p;
+	if (!g || !g->arena || cudaSetDevice(g->device) != cudaSuccess)
+		return;
+	uint64_t W = g->d.W;
+	cudaMemcpyAsync(g->arena + g->d.o_ready, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
+	cudaMemcpyAsync(g->arena + g->d.o_cons, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
+	cudaMemcpyAsync(g->arena + g->d.o_comb, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
+	cudaStreamSynchronize(g->rel);
+}
+
+extern "C" XFER_MOE_CUDA_API void xfer_moe_cuda_destroy(xfer_moe_cuda_t *g)
+{
+	if (!g)
+		return;
+	if (cudaSetDevice(g->device) == cudaSuccess && g->arena) {
+		/* Nothing of ours may still wait or run: raise our flags, then let
+		 * the device drain (the caller's streams included). */
+		if (g->rel)
+			xfer_moe_cuda_release(g);
+		cudaDeviceSynchronize();
+	}
+	if (g->opened)
+		for (size_t i = 0; i < 3 * (size_t)g->d.W; i++)
+			if (g->opened[i])
+				cudaIpcCloseMemHandle(g->opened[i]);
+	cudaFree(g->arena);
+	cudaFree(g->send);
+	cudaFree(g->recv);
+	cudaFree(g->comb_send);
+	cudaFree(g->comb_recv);
+	if (g->ctl_h)
+		cudaFreeHost(g->ctl_h);
+	if (g->rv_h)
+		cudaFreeHost(g->rv_h);
+	if (g->rtab_h)
+		cudaFreeHost(g->rtab_h);
+	if (g->rel)
+		cudaStreamDestroy(g->rel);
+	for (int i = 0; i < WP_N; i++)
+		free(g->wait_ptr[i]);
+	free(g->opened);
+	free(g->same);
+	free(g->ones);
+	free(g);
+}

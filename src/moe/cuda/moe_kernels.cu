@@ -1,0 +1,575 @@
+/*
+ * The MoE kernels, one per step of a round; the numbers they compute are
+ * those of the C module's reference code (moe_route.c, moe_plan.c,
+ * moe_cpu.c), which tests/moe checks against brute force.
+ *
+ *   route      (1 block)   per-warp histograms in shared memory, in token
+ *                          order, give every (token, slot) its record, pair
+ *                          ordinals and combine row; the route vector goes to
+ *                          the proxy (pinned host) and to same-host ranks
+ *   pack       (a block per token) records into the send buffer, remote
+ *                          destinations first (then the proxy may post)
+ *   plan       (1 block)   the receiver's plan from every route vector
+ *   shuffle    (grid)      records into the expert layout
+ *   comb_send  (grid)      remote rows into the combine send buffer, then
+ *                          same-host rows straight into their origin's
+ *                          combine buffer (IPC)
+ *   comb_recv  (a block per token) fp32 sum in slot order, no contraction
+ *   wait       (1 warp)    spins on the flags of a wait point, lowers them
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "moe_dev.cuh"
+#include "moe_kernels.cuh"
+
+/* ------------------------------------------------------------------ wait */
+
+__global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
+{
+	const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
+	const uint32_t *ranks = ARENA(d, const uint32_t, o_wait_rank) + (uint64_t)wp * (d.W + 1);
+	uint64_t t0 = global_ns();
+	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += blockDim.x) {
+		volatile uint32_t *p = (volatile uint32_t *)flags[f];
+		while (ld_acquire_sys(p) != 1u) {
+			if (proxy_failed(d))
+				break;
+			if (global_ns() - t0 > d.timeout_ns) {
+				kernel_error(d, XFER_MOE_KERR_TIMEOUT, ranks[f]);
+				break;
+			}
+			__nanosleep(64);
+		}
+		*p = 0u;
+	}
+}
+
+/* ----------------------------------------------------------------- route */
+
+__device__ __forceinline__ int64_t load_idx(const void *idx, int idx_bytes, uint64_t i)
+{
+	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
+}
+
+__global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes)
+{
+	extern __shared__ uint32_t sm[];
+	const uint32_t NW = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const uint32_t E = d.E, W = d.W, K = d.K, L = d.L, tid = threadIdx.x, bd = blockDim.x;
+	uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
+	uint32_t *tot_e = hp + NW * W, *tot_r = tot_e + E, *tot_p = tot_r + W;
+	uint32_t *so = tot_p + W, *cbo = so + W;
+	__shared__ uint32_t s_round;
+	for (uint32_t i = tid; i < NW * (E + 2 * W); i += bd)
+		sm[i] = 0;
+	if (tid == 0) {
+		uint32_t *rp = ARENA(d, uint32_t, o_round);
+		s_round = *rp + 1;
+		*rp = s_round;
+	}
+	__syncthreads();
+	const uint32_t round = s_round;
+	int32_t *trec = ARENA(d, int32_t, o_rec), *tcomb = ARENA(d, int32_t, o_tcomb);
+	uint8_t *tlead = ARENA(d, uint8_t, o_lead), *tq = ARENA(d, uint8_t, o_q);
+	uint32_t *tj = ARENA(d, uint32_t, o_j), *tpb = ARENA(d, uint32_t, o_pb);
+	const uint32_t per = (n + NW - 1) / NW, t0 = min(n, w * per), t1 = min(n, t0 + per);
+	const uint32_t lt = (1u << lane) - 1u;
+	/* Pass 1: each warp walks its tokens in order; lane k is slot k. */
+	for (uint32_t t = t0; t < t1; t++) {
+		int64_t e64 = lane < K ? load_idx(idx, idx_bytes, (uint64_t)t * K + lane) : -1;
+		bool valid = e64 >= 0 && e64 < (int64_t)E;
+		uint32_t e = valid ? (uint32_t)e64 : 0u, dd = valid ? e / L : 0u;
+		uint32_t peers_e = __match_any_sync(0xffffffffu, valid ? e : (0x80000000u | lane));
+		uint32_t lead_e = __ffs(peers_e) - 1;
+		uint32_t peers_d = __match_any_sync(0xffffffffu, valid ? dd : (0x80000000u | lane));
+		uint32_t lead_d = __ffs(peers_d) - 1;
+		uint32_t be = valid && lane == lead_e ? he[w * E + e] : 0u;
+		uint32_t br = valid && lane == lead_d ? hr[w * W + dd] : 0u;
+		uint32_t bp = valid && lane == lead_d ? hp[w * W + dd] : 0u;
+		be = __shfl_sync(0xffffffffu, be, lead_e);
+		br = __shfl_sync(0xffffffffu, br, lead_d);
+		bp = __shfl_sync(0xffffffffu, bp, lead_d);
+		__syncwarp();
+		if (valid && lane == lead_e)
+			he[w * E + e] += __popc(peers_e);
+		if (valid && lane == lead_d) {
+			hr[w * W + dd] += 1u;
+			hp[w * W + dd] += __popc(peers_d);
+		}
+		__syncwarp();
+		if (lane < K) {
+			uint64_t s = (uint64_t)t * K + lane;
+			trec[s] = valid ? (int32_t)br : -1; /* local to (warp, rank) until pass 3 */
+			tlead[s] = valid && lane == lead_d;
+			tq[s] = (uint8_t)__popc(peers_d & lt);
+			tj[s] = be + __popc(peers_e & lt);
+			tpb[s] = bp;
+		}
+	}
+	__syncthreads();
+	/* Pass 2: warp histograms become exclusive prefixes (warps hold
+	 * consecutive tokens, so token order is kept), totals per expert/rank. */
+	for (uint32_t e = tid; e < E; e += bd) {
+		uint32_t run = 0;
+		for (uint32_t w2 = 0; w2 < NW; w2++) {
+			uint32_t v = he[w2 * E + e];
+			he[w2 * E + e] = run;
+			run += v;
+		}
+		tot_e[e] = run;
+	}
+	for (uint32_t r = tid; r < W; r += bd) {
+		uint32_t run_r = 0, run_p = 0;
+		for (uint32_t w2 = 0; w2 < NW; w2++) {
+			uint32_t vr = hr[w2 * W + r], vp = hp[w2 * W + r];
+			hr[w2 * W + r] = run_r;
+			hp[w2 * W + r] = run_p;
+			run_r += vr;
+			run_p += vp;
+		}
+		tot_r[r] = run_r;
+		tot_p[r] = run_p;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		uint32_t a = 0, b = 0;
+		for (uint32_t r = 0; r < W; r++) {
+			so[r] = a;
+			cbo[r] = b;
+			a += tot_r[r];
+			b += tot_p[r];
+		}
+	}
+	__syncthreads();
+	/* Pass 3: global numbers. */
+	for (uint32_t t = t0; t < t1; t++) {
+		if (lane >= K)
+			continue;
+		uint64_t s = (uint64_t)t * K + lane;
+		int32_t r = trec[s];
+		if (r < 0) {
+			tcomb[s] = -1;
+			continue;
+		}
+		uint32_t e = (uint32_t)load_idx(idx, idx_bytes, s), dd = e / L;
+		uint32_t pb = hp[w * W + dd] + tpb[s];
+		trec[s] = (int32_t)(so[dd] + hr[w * W + dd] + (uint32_t)r);
+		tpb[s] = pb;
+		tj[s] = he[w * E + e] + tj[s];
+		tcomb[s] = (int32_t)(cbo[dd] + pb + tq[s]);
+	}
+	/* The route vector: ours, the proxy's (pinned host), same-host ranks'. */
+	const uint32_t RV = d.RV, par = round & 1u;
+	for (uint32_t dst = 0; dst <= W; dst++) {
+		uint32_t *out;
+		if (dst == W) {
+			if (!d.n_remote)
+				continue;
+			out = d.rv_host + (uint64_t)par * RV;
+		} else {
+			if (!same_host(d, dst))
+				continue;
+			out = (uint32_t *)(peer_arena(d, dst) + d.o_route) + ((uint64_t)par * W + d.me) * RV;
+		}
+		for (uint32_t i = tid; i < RV; i += bd)
+			out[i] = i < E ? tot_e[i] : i < E + W ? tot_r[i - E] : i < E + 2 * W ? tot_p[i - E - W]
+				: i == E + 2 * W ? round : i == E + 2 * W + 1 ? n : 0u;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		__threadfence_system();
+		st_release_sys(&d.ctl->k_route, round);
+	}
+}
+
+/* ------------------------------------------------------------------ pack */
+
+/* Stages token t's payload (and scales) in shared memory: as given, or
+ * quantized from bf16 to fp8 e4m3 with one scale per 128 channels
+ * (amax / 448, as the torch reference: x / scale, round to nearest). */
+__device__ void stage_token(const moe_dev &d, uint8_t *buf, uint32_t t, const uint8_t *x,
+			    const float *xs, int quant)
+{
+	if (!quant) {
+		copy16(buf, x + (uint64_t)t * d.H * d.db, d.H * d.db);
+		if (d.SB)
+			for (uint32_t g = threadIdx.x; g < d.G; g += blockDim.x)
+				((float *)(buf + d.PB))[g] = xs[(uint64_t)t * d.G + g];
+		return;
+	}
+	const __nv_bfloat16 *row = (const __nv_bfloat16 *)x + (uint64_t)t * d.H;
+	const uint32_t chunks = d.H / 8, lim = (chunks + 31u) & ~31u;
+	for (uint32_t c = threadIdx.x; c < lim; c += blockDim.x) {
+		float v[8], amax = 0.0f;
+		bool in = c < chunks;
+		if (in) {
+			uint4 raw = *(const uint4 *)(row + (uint64_t)c * 8);
+			const __nv_bfloat16 *b = (const __nv_bfloat16 *)&raw;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				v[i] = __bfloat162float(b[i]);
+				amax = fmaxf(amax, fabsf(v[i]));
+			}
+		}
+		/* 16 chunks of 8 channels make a group of 128 */
+#pragma unroll
+		for (int off = 8; off; off >>= 1)
+			amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+		if (!in)
+			continue;
+		float scale = fmaxf(amax, 1e-4f) / 448.0f;
+		uint8_t q[8];
+#pragma unroll
+		for (int i = 0; i < 8; i += 2) {
+			__nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(
+				make_float2(__fdiv_rn(v[i], scale), __fdiv_rn(v[i + 1], scale)), __NV_SATFINITE, __NV_E4M3);
+			q[i] = (uint8_t)(p & 0xff);
+			q[i + 1] = (uint8_t)(p >> 8);
+		}
+		*(uint2 *)(buf + (uint64_t)c * 8) = *(const uint2 *)q;
+		if (c % 16 == 0)
+			((float *)(buf + d.PB))[c / 16] = scale;
+	}
+}
+
+__global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
+				const void *idx, int idx_bytes)
+{
+	extern __shared__ uint4 smem4[];
+	uint8_t *buf = (uint8_t *)smem4;
+	__shared__ uint32_t s_meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	const uint32_t t = blockIdx.x, K = d.K, L = d.L;
+	const uint32_t round = *ARENA(d, const uint32_t, o_round);
+	const int32_t *trec = ARENA(d, const int32_t, o_rec);
+	const uint8_t *tlead = ARENA(d, const uint8_t, o_lead);
+	const uint32_t *tj = ARENA(d, const uint32_t, o_j), *tpb = ARENA(d, const uint32_t, o_pb);
+	if (t < n)
+		stage_token(d, buf, t, x, xs, quant);
+	__syncthreads();
+	for (int pass = 0; pass < 2; pass++) { /* remote destinations first */
+		for (uint32_t k = 0; t < n && k < K; k++) {
+			uint64_t s = (uint64_t)t * K + k;
+			if (!tlead[s])
+				continue;
+			uint32_t dd = (uint32_t)load_idx(idx, idx_bytes, s) / L;
+			if (same_host(d, dd) == (pass == 0))
+				continue;
+			uint8_t *rec = d.send + (uint64_t)trec[s] * d.RB;
+			copy16(rec, buf, d.PB + d.SB);
+			if (threadIdx.x == 0) {
+				uint32_t np = 0;
+				for (uint32_t k2 = k; k2 < K; k2++) {
+					uint64_t s2 = (uint64_t)t * K + k2;
+					if (trec[s2] != trec[s])
+						continue;
+					uint32_t e = (uint32_t)load_idx(idx, idx_bytes, s2);
+					s_meta[4 + 2 * np] = k2 | ((e - dd * L) << 16);
+					s_meta[5 + 2 * np] = tj[s2];
+					np++;
+				}
+				s_meta[0] = t;
+				s_meta[1] = np;
+				s_meta[2] = tpb[s];
+				s_meta[3] = round;
+			}
+			__syncthreads();
+			uint32_t *meta = (uint32_t *)(rec + d.PB + d.SB);
+			for (uint32_t i = threadIdx.x; i < 4 + 2 * s_meta[1]; i += blockDim.x)
+				meta[i] = s_meta[i];
+			__syncthreads();
+		}
+		if (pass == 0 && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
+			st_release_sys(&d.ctl->k_packed, round); /* the proxy posts the remote ones */
+	}
+	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0)
+		for (uint32_t r = 0; r < d.W; r++)
+			if (r != d.me && same_host(d, r))
+				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
+}
+
+/* ------------------------------------------------------------------ plan */
+
+__device__ __forceinline__ const uint32_t *row_of(const moe_dev &d, uint32_t round, uint32_t s)
+{
+	uint64_t at = ((uint64_t)(round & 1u) * d.W + s) * d.RV;
+	return same_host(d, s) ? ARENA(d, const uint32_t, o_route) + at : d.rtab_host + at;
+}
+
+__device__ void plan_zero(const moe_dev &d, int32_t *counts, int32_t *offsets)
+{
+	for (uint32_t e = threadIdx.x; e < d.L; e += blockDim.x) {
+		counts[e] = 0;
+		if (offsets)
+			offsets[e] = 0;
+	}
+	if (threadIdx.x == 0) {
+		uint32_t *misc = ARENA(d, uint32_t, o_misc);
+		misc[MISC_REC_TOTAL] = misc[MISC_Q_REMOTE] = misc[MISC_Q_TOTAL] = 0;
+		misc[MISC_BAD] = 1;
+		if (offsets)
+			offsets[d.L] = 0;
+	}
+}
+
+__global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
+{
+	const uint32_t W = d.W, E = d.E, L = d.L, me = d.me, P = d.P, tid = threadIdx.x, bd = blockDim.x;
+	const uint32_t round = *ARENA(d, const uint32_t, o_round);
+	uint32_t *pc = ARENA(d, uint32_t, o_c), *ppr = ARENA(d, uint32_t, o_pr), *pcb = ARENA(d, uint32_t, o_cb);
+	uint64_t *pfirst = ARENA(d, uint64_t, o_first), *povf = ARENA(d, uint64_t, o_ovf);
+	uint32_t *pntok = ARENA(d, uint32_t, o_ntok);
+	uint32_t *recpref = ARENA(d, uint32_t, o_recpref), *recsrc = ARENA(d, uint32_t, o_recsrc);
+	uint32_t *qstart = ARENA(d, uint32_t, o_qstart), *qsrc = ARENA(d, uint32_t, o_qsrc);
+	uint32_t *pcounts = ARENA(d, uint32_t, o_counts), *poff = ARENA(d, uint32_t, o_offsets);
+	uint32_t *pbase = ARENA(d, uint32_t, o_base), *misc = ARENA(d, uint32_t, o_misc);
+	__shared__ int bad;
+	if (tid == 0)
+		bad = proxy_failed(d) ? 1 : 0;
+	__syncthreads();
+	for (uint32_t s = tid; s < W && !bad; s += bd) {
+		const uint32_t *row = row_of(d, round, s);
+		if (__ldcv(row + moe_rv_stamp(E, W)) != round) {
+			kernel_error(d, XFER_MOE_KERR_STALE, s);
+			bad = 1;
+		}
+	}
+	__syncthreads();
+	if (bad) {
+		plan_zero(d, counts, offsets);
+		return;
+	}
+	for (uint32_t s = tid; s < W; s += bd) {
+		const uint32_t *row = row_of(d, round, s);
+		uint32_t so = 0, cb = 0;
+		for (uint32_t r = 0; r < me; r++) {
+			so += __ldcv(row + moe_rv_rec(E, r));
+			cb += __ldcv(row + moe_rv_pairs(E, W, r));
+		}
+		pc[s] = __ldcv(row + moe_rv_rec(E, me));
+		ppr[s] = __ldcv(row + moe_rv_pairs(E, W, me));
+		pntok[s] = __ldcv(row + moe_rv_ntok(E, W));
+		pcb[s] = cb;
+		pfirst[s] = same_host(d, s) ? (uint64_t)so : (uint64_t)s * P;
+	}
+	for (uint32_t e = tid; e < L; e += bd) {
+		uint32_t n = 0;
+		for (uint32_t s = 0; s < W; s++)
+			n += __ldcv(row_of(d, round, s) + me * L + e);
+		pcounts[e] = n;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		/* sources in order: remote ones first (the engine's), then this host's */
+		uint64_t ovf = 0, rec = 0, q = 0;
+		uint32_t k = 0;
+		for (int pass = 0; pass < 2; pass++)
+			for (uint32_t s = 0; s < W; s++) {
+				if (same_host(d, s) == (pass == 0))
+					continue;
+				if (pass == 0) {
+					povf[s] = (uint64_t)W * P + ovf;
+					ovf += pc[s] > P ? pc[s] - P : 0;
+				} else {
+					povf[s] = 0;
+				}
+				recsrc[k] = s;
+				recpref[k] = (uint32_t)rec;
+				qsrc[k] = s;
+				qstart[k] = (uint32_t)q;
+				rec += pc[s];
+				q += ppr[s];
+				k++;
+				if (pass == 0)
+					misc[MISC_Q_REMOTE] = (uint32_t)q;
+			}
+		recpref[W] = (uint32_t)rec;
+		qstart[W] = (uint32_t)q;
+		if (!d.n_remote)
+			misc[MISC_Q_REMOTE] = 0;
+		uint64_t off = 0;
+		for (uint32_t e = 0; e < L && !bad; e++) {
+			if (d.layout == XFER_MOE_PADDED) {
+				poff[e] = e * d.cap;
+				if (pcounts[e] > d.cap) {
+					kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + e);
+					bad = 1;
+				}
+			} else {
+				poff[e] = (uint32_t)off;
+				off += (pcounts[e] + d.align - 1) / d.align * d.align;
+				if (off > d.cap) {
+					kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + e);
+					bad = 1;
+				}
+			}
+		}
+		poff[L] = d.layout == XFER_MOE_PADDED ? L * d.cap : (uint32_t)off;
+		if (ovf > d.O) {
+			kernel_error(d, XFER_MOE_KERR_CAPACITY, me);
+			bad = 1;
+		}
+		misc[MISC_REC_TOTAL] = (uint32_t)rec;
+		misc[MISC_Q_TOTAL] = (uint32_t)q;
+		misc[MISC_BAD] = 0;
+	}
+	__syncthreads();
+	if (bad) {
+		plan_zero(d, counts, offsets);
+		return;
+	}
+	for (uint32_t e = tid; e < L; e += bd) {
+		uint32_t b = poff[e];
+		for (uint32_t s = 0; s < W; s++) {
+			pbase[(uint64_t)s * L + e] = b;
+			b += __ldcv(row_of(d, round, s) + me * L + e);
+		}
+		counts[e] = (int32_t)pcounts[e];
+		if (offsets)
+			offsets[e] = (int32_t)poff[e];
+	}
+	if (tid == 0 && offsets)
+		offsets[L] = (int32_t)poff[L];
+}
+
+/* --------------------------------------------------------------- shuffle */
+
+/* Largest k with pref[k] <= g (pref has W+1 entries, pref[0] = 0). */
+__device__ __forceinline__ uint32_t find_src(const uint32_t *pref, uint32_t W, uint32_t g)
+{
+	uint32_t lo = 0, hi = W;
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+		if (pref[mid] <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+__global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int32_t *src_rank,
+				   int32_t *src_token)
+{
+	const uint32_t W = d.W, L = d.L, P = d.P, K = d.K, me = d.me;
+	const uint32_t round = *ARENA(d, const uint32_t, o_round);
+	const uint32_t *misc = ARENA(d, const uint32_t, o_misc);
+	const uint32_t *recpref = ARENA(d, const uint32_t, o_recpref), *recsrc = ARENA(d, const uint32_t, o_recsrc);
+	const uint32_t *qstart = ARENA(d, const uint32_t, o_qstart);
+	const uint64_t *pfirst = ARENA(d, const uint64_t, o_first), *povf = ARENA(d, const uint64_t, o_ovf);
+	const uint32_t *ppr = ARENA(d, const uint32_t, o_pr), *pntok = ARENA(d, const uint32_t, o_ntok);
+	const uint32_t *pbase = ARENA(d, const uint32_t, o_base), *poff = ARENA(d, const uint32_t, o_offsets);
+	const uint32_t *pcounts = ARENA(d, const uint32_t, o_counts);
+	int32_t *qrow = ARENA(d, int32_t, o_qrow);
+	__shared__ uint32_t meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	__shared__ int ok;
+	const uint32_t total = misc[MISC_BAD] ? 0 : misc[MISC_REC_TOTAL];
+	for (uint32_t g = blockIdx.x; g < total; g += gridDim.x) {
+		uint32_t k = find_src(recpref, W, g), s = recsrc[k], q = g - recpref[k];
+		const uint8_t *rec;
+		if (same_host(d, s))
+			rec = (const uint8_t *)ARENA(d, const uint64_t, o_peer_send)[s] + (pfirst[s] + q) * d.RB;
+		else if (q < P)
+			rec = d.recv + (pfirst[s] + q) * d.RB;
+		else
+			rec = d.recv + (povf[s] + q - P) * d.RB;
+		if (threadIdx.x == 0) {
+			const uint32_t *m = (const uint32_t *)(rec + d.PB + d.SB);
+			for (uint32_t i = 0; i < 4; i++)
+				meta[i] = __ldcg(m + i);
+			/* a record from another rank is untrusted: every index in it
+			 * must fall within what its route vector announced */
+			ok = meta[3] == round && meta[0] < pntok[s] && meta[1] >= 1 && meta[1] <= K &&
+			     meta[2] <= ppr[s] && meta[1] <= ppr[s] - meta[2];
+			for (uint32_t p = 0; ok && p < meta[1]; p++) {
+				meta[4 + 2 * p] = __ldcg(m + 4 + 2 * p);
+				meta[5 + 2 * p] = __ldcg(m + 5 + 2 * p);
+				uint32_t e = meta[4 + 2 * p] >> 16, j = meta[5 + 2 * p];
+				uint32_t end = s + 1 < W ? pbase[(uint64_t)(s + 1) * L + e] : poff[e] + pcounts[e];
+				ok = (meta[4 + 2 * p] & 0xffffu) < K && e < L && j < end - pbase[(uint64_t)s * L + e];
+			}
+			if (!ok)
+				kernel_error(d, XFER_MOE_KERR_STALE, s);
+		}
+		__syncthreads();
+		for (uint32_t p = 0; ok && p < meta[1]; p++) {
+			uint32_t e = meta[4 + 2 * p] >> 16;
+			uint64_t row = (uint64_t)pbase[(uint64_t)s * L + e] + meta[5 + 2 * p];
+			copy16(out_x + row * d.PB, rec, d.PB);
+			if (d.SB)
+				for (uint32_t i = threadIdx.x; i < d.G; i += blockDim.x)
+					out_s[row * d.G + i] = __ldcg((const float *)(rec + d.PB) + i);
+			if (threadIdx.x == 0) {
+				if (src_rank)
+					src_rank[row] = (int32_t)s;
+				if (src_token)
+					src_token[row] = (int32_t)meta[0];
+				qrow[qstart[k] + meta[2] + p] = (int32_t)row;
+			}
+		}
+		__syncthreads();
+	}
+	if (last_block(d, CNT_SHUFFLE) && threadIdx.x == 0) {
+		for (uint32_t r = 0; r < W; r++)
+			if (r != me && same_host(d, r))
+				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_cons) + me, 1u);
+		st_release_sys(&d.ctl->k_recv_done, round);
+	}
+}
+
+/* --------------------------------------------------------------- combine */
+
+__global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
+{
+	const uint32_t W = d.W, me = d.me, rowb = d.H * 2;
+	const uint32_t round = *ARENA(d, const uint32_t, o_round);
+	const uint32_t *misc = ARENA(d, const uint32_t, o_misc);
+	const uint32_t *qstart = ARENA(d, const uint32_t, o_qstart), *qsrc = ARENA(d, const uint32_t, o_qsrc);
+	const uint32_t *pcb = ARENA(d, const uint32_t, o_cb);
+	const int32_t *qrow = ARENA(d, const int32_t, o_qrow);
+	const uint64_t *peer_comb = ARENA(d, const uint64_t, o_peer_comb);
+	bool fine = !misc[MISC_BAD] && !proxy_failed(d);
+	uint32_t qr = fine ? misc[MISC_Q_REMOTE] : 0, qt = fine ? misc[MISC_Q_TOTAL] : 0;
+	for (uint32_t q = blockIdx.x; q < qr; q += gridDim.x)
+		copy16(d.comb_send + (uint64_t)q * d.CB, eo + (uint64_t)qrow[q] * rowb, rowb);
+	if (last_block(d, CNT_CSEND_REMOTE) && threadIdx.x == 0)
+		st_release_sys(&d.ctl->k_comb_packed, round);
+	for (uint32_t q = qr + blockIdx.x; q < qt; q += gridDim.x) {
+		uint32_t k = find_src(qstart, W, q), s = qsrc[k];
+		uint8_t *dst = (uint8_t *)peer_comb[s] + (uint64_t)(pcb[s] + q - qstart[k]) * d.CB;
+		copy16(dst, eo + (uint64_t)qrow[q] * rowb, rowb);
+	}
+	if (last_block(d, CNT_CSEND_ALL) && threadIdx.x == 0)
+		for (uint32_t r = 0; r < W; r++)
+			if (r != me && same_host(d, r))
+				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
+}
+
+__global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
+{
+	const uint32_t t = blockIdx.x, K = d.K, H = d.H;
+	const uint32_t round = *ARENA(d, const uint32_t, o_round);
+	const int32_t *tcomb = ARENA(d, const int32_t, o_tcomb);
+	bool failed = proxy_failed(d) || ARENA(d, const uint32_t, o_misc)[MISC_BAD];
+	for (uint32_t c = threadIdx.x; t < n && c < H / 8; c += blockDim.x) {
+		float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		for (uint32_t k = 0; k < K && !failed; k++) {
+			int32_t r = tcomb[(uint64_t)t * K + k];
+			if (r < 0)
+				continue;
+			float w = wts[(uint64_t)t * K + k];
+			uint4 raw = __ldcg((const uint4 *)(d.comb_recv + (uint64_t)r * d.CB) + c);
+			const __nv_bfloat16 *y = (const __nv_bfloat16 *)&raw;
+#pragma unroll
+			for (int i = 0; i < 8; i++) /* one rounding per product and per sum */
+				acc[i] = __fadd_rn(acc[i], __fmul_rn(w, __bfloat162float(y[i])));
+		}
+		__nv_bfloat16 o[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			o[i] = __float2bfloat16_rn(acc[i]);
+		*((uint4 *)(out + (uint64_t)t * H) + c) = *(const uint4 *)o;
+	}
+	if (last_block(d, CNT_CRECV) && threadIdx.x == 0)
+		st_release_sys(&d.ctl->k_comb_done, round);
+}
