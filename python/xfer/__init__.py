@@ -42,6 +42,7 @@ from ._engine import (
 from ._signal import Signal
 from ._topology import CPU_AUTO, TopologyDevice, nics_for_gpu, topology
 from ._watcher import Watcher
+from . import moe  # expert-parallel dispatch/combine (xfer.moe.MoE)
 from ._errors import (
     Again,
     BadWire,
