@@ -187,7 +187,7 @@ void xfer_moe_destroy(xfer_moe_t *m);
 /* What the proxy did, summed over rounds (CLOCK_MONOTONIC ns). busy_ns is
  * time spent acting (posting, planning); the rest it waited. */
 struct xfer_moe_stats {
-	uint64_t rounds, combines;
+	uint64_t rounds, combines; /* rounds the proxy saw begin; combines it sent */
 	uint64_t busy_ns;           /* acting on behalf of the rounds */
 	uint64_t route_to_rows_ns;  /* route vector seen -> every route vector in */
 	uint64_t route_to_recv_ns;  /* route vector seen -> receive flag released */

@@ -45,7 +45,15 @@ def _child(conn, rank: int, world: int, fn_name: str, spec: Dict[str, Any]) -> N
             conn.send_bytes(b"G" + data)
             return _unframe(conn.recv_bytes())
 
-        result = globals()[fn_name](rank, world, all_gather, spec)
+        if ":" in fn_name:  # "module:function", e.g. the benchmark's
+            import importlib
+
+            sys.path.insert(2, os.path.join(os.path.dirname(HERE), "bench"))
+            mod, name = fn_name.split(":")
+            fn = getattr(importlib.import_module(mod), name)
+        else:
+            fn = globals()[fn_name]
+        result = fn(rank, world, all_gather, spec)
         conn.send_bytes(b"D" + json.dumps(result).encode())
     except BaseException:  # report everything: the parent shows it
         conn.send_bytes(b"E" + traceback.format_exc().encode())
@@ -217,7 +225,6 @@ def check_rounds(rank: int, world: int, all_gather: Callable, spec: Dict[str, An
     every combined token bit for bit against the reference."""
     import torch
 
-    import xfer
     from xfer import moe
 
     dev = torch.device(spec.get("device", "cpu"))
@@ -229,7 +236,7 @@ def check_rounds(rank: int, world: int, all_gather: Callable, spec: Dict[str, An
     t_start = time.monotonic()
     ep = moe.MoE(group, dispatch_dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16, device=dev, **kw)
     t_built = time.monotonic()
-    L, K = ep.local_experts, spec["topk"]
+    L = ep.local_experts
     split = spec.get("split", False)
     checked = rows_checked = 0
     for r in range(1, spec["rounds"] + 1):
@@ -297,8 +304,6 @@ def check_rounds(rank: int, world: int, all_gather: Callable, spec: Dict[str, An
 def check_dead_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]) -> Dict[str, Any]:
     """The last rank dies in the middle of round 3; every other rank's next
     call fails, within the deadline, with an error that names it."""
-    import torch
-
     import xfer
     from xfer import moe
 
@@ -385,7 +390,8 @@ def check_graph(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any
         d, out = step()  # eager warm-up round
         torch.cuda.synchronize()
         all_gather(b"warm")
-        with torch.cuda.graph(g, stream=s):
+        # thread_local: the engine's worker may use CUDA while we capture
+        with torch.cuda.graph(g, stream=s, capture_error_mode="thread_local"):
             d, out = step()
     torch.cuda.synchronize()
     checked = 0
@@ -448,6 +454,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         spec["expert_align"] = 8
     if a.mode == "engine":
         spec["same_host"] = False
+        os.environ["XFER_GPU_IPC"] = "0"  # through the NIC (staged), not the engine's own IPC
     elif a.mode == "mixed":
         spec["host_of"] = [r // 2 for r in range(a.world)]
     fn = {"rounds": "check_rounds", "graph": "check_graph", "dead": "check_dead_rank",

@@ -8,8 +8,6 @@ without libxfer_moe_cuda.so. scripts/device-moe.sh runs the same checks
 one by one with a log each."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="xfer.moe needs PyTorch")

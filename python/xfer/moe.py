@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import socket
 import struct
 import weakref
-from ctypes import POINTER, byref, c_size_t, c_uint32, c_void_p
+from ctypes import byref, c_size_t, c_uint32, c_void_p
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 from . import _lib
@@ -429,6 +428,9 @@ class MoE:
             raise InvalidArgument(22, f"{name} has shape {tuple(t.shape)}; want {tuple(shape)}", "xfer.moe")
         if not t.is_contiguous():
             raise InvalidArgument(22, f"{name} must be contiguous", "xfer.moe")
+        if t.numel() and t.data_ptr() % 16:
+            raise InvalidArgument(22, f"{name} must start on a 16-byte boundary (the kernels copy 16 "
+                                  "bytes at a time)", "xfer.moe")
         return t
 
     def _stream(self) -> int:

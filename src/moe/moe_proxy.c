@@ -502,9 +502,6 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 		if (engine)
 			step_cons(m, s);
 		s->steps |= ST_CONS;
-		pthread_mutex_lock(&m->st_lock);
-		m->st.rounds++;
-		pthread_mutex_unlock(&m->st_lock);
 	}
 	if (!(s->steps & (ST_COMB | ST_NOCOMB)) && (s->steps & ST_CONS) &&
 	    moe_round_ge(load_acq(&ctl->k_comb_packed), i)) {
@@ -578,7 +575,11 @@ static bool activate(struct xfer_moe *m, uint64_t now)
 	s->rv = (uint32_t *)m->b.route_vec + (i & 1) * RV;
 	s->active = true;
 	m->next_round = i + 1;
-	if (s->rv[moe_rv_stamp(E, W)] != i)
+	pthread_mutex_lock(&m->st_lock);
+	m->st.rounds++;
+	pthread_mutex_unlock(&m->st_lock);
+	/* The GPU writes the host copy of its route vector only for the engine. */
+	if (m->n_remote && s->rv[moe_rv_stamp(E, W)] != i)
 		moe_fail(m, -EPROTO, m->cfg.rank, "round %u: this rank's route vector says round %u",
 			 i, s->rv[moe_rv_stamp(E, W)]);
 	return true;

@@ -80,6 +80,10 @@ XFER_MOE_CUDA_API int xfer_moe_cuda_combine_send(xfer_moe_cuda_t *g, const void 
 XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, uint32_t n, const float *weights,
 						 void *out, uint64_t stream);
 
+/* Benchmark helper: a one-thread kernel on `stream` that stores the GPU's
+ * global timer (ns, one clock for every process on the device) in *dst. */
+XFER_MOE_CUDA_API int xfer_moe_cuda_stamp(uint64_t *dst, uint64_t stream);
+
 /* The proxy's release hook (xfer_moe_set_release): raises every flag a
  * stream of this rank may wait on, on a stream of its own. */
 XFER_MOE_CUDA_API void xfer_moe_cuda_release(void *g);

@@ -37,6 +37,7 @@ struct moe_dev {
 	uint32_t W, me, E, L, K, H, T, db, scales, P, O, layout, cap, align;
 	uint32_t RV, RB, PB, SB, MB, CB, G; /* G: scale groups per token (H/128) */
 	uint32_t n_remote;
+	uint32_t comb_send_rows; /* rows the combine send buffer holds */
 	uint64_t timeout_ns;
 	uint8_t *arena;
 	uint8_t *send, *recv, *comb_send, *comb_recv;
@@ -103,6 +104,13 @@ __device__ __forceinline__ void copy16(uint8_t *dst, const uint8_t *src, uint32_
 {
 	for (uint32_t o = threadIdx.x * 16u; o < bytes; o += blockDim.x * 16u)
 		*(uint4 *)(dst + o) = __ldcg((const uint4 *)(src + o));
+}
+
+/* The same from shared memory (a global-space load must not see it). */
+__device__ __forceinline__ void copy16_from_smem(uint8_t *dst, const uint8_t *src, uint32_t bytes)
+{
+	for (uint32_t o = threadIdx.x * 16u; o < bytes; o += blockDim.x * 16u)
+		*(uint4 *)(dst + o) = *(const uint4 *)(src + o);
 }
 
 /* Signals that the last block of a kernel to reach it does; counters are

@@ -295,6 +295,7 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.CB = g->z.combine_row_bytes;
 	d.G = k.hidden / XFER_MOE_SCALE_BLOCK;
 	d.n_remote = g->z.remote_ranks;
+	d.comb_send_rows = (uint32_t)g->z.comb_send_rows;
 	d.timeout_ns = k.timeout_ms * 1000000ull;
 	layout_arena(g);
 	int rc;
@@ -561,6 +562,13 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, 
 		return rc;
 	moe_comb_recv_kernel<<<n ? n : 1, 256, 0, st>>>(g->d, n, weights, (uint16_t *)out);
 	CU(cudaGetLastError(), "launching the combine receive kernel");
+	return 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_stamp(uint64_t *dst, uint64_t stream)
+{
+	moe_stamp_kernel<<<1, 1, 0, (cudaStream_t)(uintptr_t)stream>>>(dst);
+	CU(cudaGetLastError(), "launching the stamp kernel");
 	return 0;
 }
 

@@ -45,6 +45,11 @@ __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
 	}
 }
 
+__global__ void moe_stamp_kernel(uint64_t *dst)
+{
+	*dst = global_ns();
+}
+
 /* ----------------------------------------------------------------- route */
 
 __device__ __forceinline__ int64_t load_idx(const void *idx, int idx_bytes, uint64_t i)
@@ -256,7 +261,7 @@ __global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const f
 			if (same_host(d, dd) == (pass == 0))
 				continue;
 			uint8_t *rec = d.send + (uint64_t)trec[s] * d.RB;
-			copy16(rec, buf, d.PB + d.SB);
+			copy16_from_smem(rec, buf, d.PB + d.SB);
 			if (threadIdx.x == 0) {
 				uint32_t np = 0;
 				for (uint32_t k2 = k; k2 < K; k2++) {
@@ -405,7 +410,9 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 			}
 		}
 		poff[L] = d.layout == XFER_MOE_PADDED ? L * d.cap : (uint32_t)off;
-		if (ovf > d.O) {
+		/* the overflow area; the combine send buffer (only tokens whose top-k
+		 * repeat an expert can exceed it) */
+		if (ovf > d.O || misc[MISC_Q_REMOTE] > d.comb_send_rows) {
 			kernel_error(d, XFER_MOE_KERR_CAPACITY, me);
 			bad = 1;
 		}

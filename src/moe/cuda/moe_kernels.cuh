@@ -12,6 +12,7 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets);
 __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int32_t *src_rank,
 				   int32_t *src_token);
 __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo);
+__global__ void moe_stamp_kernel(uint64_t *dst);
 __global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out);
 
 #endif
