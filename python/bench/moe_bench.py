@@ -61,8 +61,8 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
     from xfer import _moe_lib as ml
 
     gpu = spec["device"] != "cpu"
-    if gpu:
-        torch.cuda.set_device(0)
+    if gpu:  # one GPU: every rank on it; more: rank r on GPU r % count
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     dev = torch.device("cuda" if gpu else "cpu")
     T, H, K, E = spec["max_tokens"], spec["hidden"], spec["topk"], spec["experts"]
     kw = moe_ranks._moe_kwargs({**spec, "timeout_ms": 60000})

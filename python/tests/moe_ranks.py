@@ -228,8 +228,8 @@ def check_rounds(rank: int, world: int, all_gather: Callable, spec: Dict[str, An
     from xfer import moe
 
     dev = torch.device(spec.get("device", "cpu"))
-    if dev.type == "cuda":
-        torch.cuda.set_device(spec.get("gpu", 0))
+    if dev.type == "cuda":  # rank r on GPU r % count (all on one GPU here)
+        torch.cuda.set_device(spec.get("gpu", rank % torch.cuda.device_count()))
     fp8 = spec.get("fp8", False)
     group = moe.RankGroup(rank, world, all_gather, host_of=spec.get("host_of"))
     kw = _moe_kwargs(spec)
@@ -364,7 +364,7 @@ def check_graph(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any
 
     from xfer import moe
 
-    torch.cuda.set_device(spec.get("gpu", 0))
+    torch.cuda.set_device(spec.get("gpu", rank % torch.cuda.device_count()))
     dev = torch.device("cuda")
     group = moe.RankGroup(rank, world, all_gather, host_of=spec.get("host_of"))
     ep = moe.MoE(group, device=dev, **_moe_kwargs(spec))
