@@ -60,7 +60,7 @@ def test_protocol(provider, world):
 @pytest.mark.pair
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_dead_rank(provider):
-    res = run_ranks(3, "check_dead_rank", spec_for(3, provider, timeout_ms=3000, heartbeat_ms=100), may_die=2)
+    res = run_ranks(3, "check_dead_rank", spec_for(3, provider, timeout_ms=3000, heartbeat_ms=200), may_die=2)
     for r in res[:2]:
         assert "rank 2" in r["error"], r
 
@@ -171,3 +171,31 @@ def test_structs_match_header(tmp_path):
 def ctypes_sizeof(cls):
     import ctypes
     return ctypes.sizeof(cls)
+
+
+def test_cuda_library_loads_and_says_why():
+    """libxfer_moe_cuda.so (where it was built) loads without a GPU, and its
+    create fails with a message rather than crashing (a GPU machine builds
+    for real instead: test_moe_cuda.py)."""
+    import ctypes
+
+    from xfer import _moe_lib as ml
+
+    try:
+        ml.cuda_lib()
+    except xfer.NotSupported as ex:
+        assert "libxfer_moe_cuda.so" in str(ex)
+        pytest.skip(f"not built here: {ex}")
+    assert ml.g.cuda_version() == 1
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: test_moe_cuda.py covers the real thing")
+    c = moe._config(2, 0, max_tokens=8, num_experts=4, topk=2, hidden=128, fp8=True, private_tokens=None,
+                    overflow_tokens=None, layout="padded", expert_capacity=None, expert_align=None,
+                    timeout_ms=1000)
+    bufs, h = ml.Buffers(), ctypes.c_void_p()
+    rc = ml.g.cuda_create(ctypes.byref(c), 0, ml.WAIT_STREAM, ctypes.byref(bufs), ctypes.byref(h))
+    assert rc < 0 and not h.value
+    msg = ml.cuda_error()
+    assert msg, "no message for the failure"
+    assert ml.g.cuda_connect(None, None, None) < 0 and "bad arguments" in ml.cuda_error()
+    assert ml.g.cuda_dispatch_send(None, 0, None, None, 0, None, 4, 0) < 0 and "no module" in ml.cuda_error()

@@ -186,7 +186,7 @@ static int child(int idx, int fd, void *arg)
 	struct xfer_attr a;
 	t_attr(&a);
 	if (is("kill")) {
-		a.heartbeat_ms = 100;
+		a.heartbeat_ms = 200; /* 2 s: not so tight that a loaded machine misses it */
 		a.heartbeat_misses = 10;
 	}
 	xfer_moe_t *m = NULL;

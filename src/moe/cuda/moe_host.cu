@@ -84,7 +84,6 @@ struct ipc_blob {
 struct xfer_moe_cuda {
 	int device, wait;
 	struct xfer_moe_config cfg;
-	uint32_t *host_of;
 	struct xfer_moe_sizes z;
 	moe_dev d;
 	uint8_t *arena, *send, *recv, *comb_send, *comb_recv;
@@ -261,8 +260,9 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 		g->same[s] = moe_host(c->host_of, s) == moe_host(c->host_of, k.rank);
 		g->ones[s] = 1;
 	}
+	g->cfg.host_of = NULL; /* the caller's array: only `same` is kept of it */
 	if (wait == XFER_MOE_WAIT_STREAM && !batch_op())
-		return fail(-ENOSYS, "stream waits need cuStreamBatchMemOp_v2 from libcuda.so.1: %s", dlerror());
+		return fail(-ENOSYS, "stream waits need cuStreamBatchMemOp_v2 from libcuda.so.1 (not found)");
 	int ndev = 0;
 	CU(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
 	if (device < 0 || device >= ndev)
@@ -342,7 +342,9 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	if (g->pack_smem > 48 * 1024)
 		CU(cudaFuncSetAttribute(moe_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)g->pack_smem), "cudaFuncSetAttribute (pack)");
-	g->grid = 2u * (uint32_t)prop.multiProcessorCount;
+	/* grid-stride kernels (shuffle, combine send): enough blocks that a
+	 * prefill round (thousands of records) is not latency-bound per block */
+	g->grid = 8u * (uint32_t)prop.multiProcessorCount;
 	CU(cudaIpcGetMemHandle(&g->ipc[0], g->arena), "cudaIpcGetMemHandle (arena)");
 	CU(cudaIpcGetMemHandle(&g->ipc[1], g->send), "cudaIpcGetMemHandle (send buffer)");
 	CU(cudaIpcGetMemHandle(&g->ipc[2], g->comb_recv), "cudaIpcGetMemHandle (combine buffer)");
