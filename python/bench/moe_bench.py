@@ -72,7 +72,8 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
     x = (torch.randn(T, H, generator=g)).to(torch.bfloat16).to(dev)
     idx = torch.rand(T, E, generator=g).topk(K, dim=1).indices.to(dev)
     w = torch.rand(T, K, generator=g).to(dev)
-    eo = torch.randn(ep._expert_x.shape, generator=g).to(torch.bfloat16).to(dev)
+    # the experts' output: random, made where it lives (gigabytes for prefill)
+    eo = torch.empty(ep._expert_x.shape, dtype=torch.bfloat16, device=dev).normal_()
 
     def round_(st=None):
         s = st if st is not None else (lambda i: None)
@@ -201,6 +202,12 @@ def main() -> int:
         os.environ["XFER_GPU_IPC"] = "0"  # the engine path must go through the NIC (staged)
     elif a.mode == "mixed":
         spec["host_of"] = [r // 2 for r in range(W)]
+    if a.device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"no CUDA device here (torch {torch.__version__}): nothing to run on {a.device}")
+            return 2
     t0 = time.monotonic()
     res = moe_ranks.run_ranks(W, "moe_bench:bench_rank", spec, timeout=600)
     took = time.monotonic() - t0

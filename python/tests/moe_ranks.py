@@ -445,6 +445,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--layout", default="padded")
+    ap.add_argument("--variants", default="",
+                    help="rounds only: comma list of extra runs in the same processes, each a new MoE "
+                    "(fp8, split, fp8-split, packed)")
     a = ap.parse_args(argv)
     spec: Dict[str, Any] = dict(world=a.world, experts=8 * a.world, topk=6 if a.world > 2 else 4,
                                 hidden=a.hidden, max_tokens=a.max_tokens, rounds=a.rounds,
@@ -459,12 +462,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         spec["host_of"] = [r // 2 for r in range(a.world)]
     fn = {"rounds": "check_rounds", "graph": "check_graph", "dead": "check_dead_rank",
           "capacity": "check_capacity"}[a.check]
+    if a.variants and a.check == "rounds":
+        extra = {"fp8": {"fp8": True}, "split": {"split": True}, "fp8-split": {"fp8": True, "split": True},
+                 "packed": {"layout": "packed", "expert_align": 8}}
+        spec["scenarios"] = [("check_rounds", {})] + [("check_rounds", extra[v]) for v in a.variants.split(",")]
+        fn = "check_many"
+    if a.device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"no CUDA device here (torch {torch.__version__}): nothing to run on {a.device}")
+            return 2
     t0 = time.monotonic()
     res = run_ranks(a.world, fn, spec, may_die=a.world - 1 if a.check == "dead" else None)
     print(f"moe {a.check}: {a.world} ranks, device {a.device}, mode {a.mode}, provider {a.provider}, "
           f"fp8 {a.fp8}, split {a.split}, wait {a.gpu_wait}: OK in {time.monotonic() - t0:.1f} s")
     for r, x in enumerate(res):
         print(f"  rank {r}: {json.dumps(x)}")
+    if spec.get("scenarios"):
+        print(f"  variants run: base, {a.variants}")
     return 0
 
 

@@ -286,12 +286,17 @@ class MoE:
         self.expert_rows = z.expert_rows
         self.expert_capacity = cfg.expert_capacity
         self.remote_ranks = z.remote_ranks
-        shares_gpu = hosts is not None and any(
-            r != self.rank and hosts[r] == hosts[self.rank] and parsed[r][2] == parsed[self.rank][2]
-            for r in range(self.world_size))
+        # Ranks on one physical GPU are time-sliced: a spinning wait kernel
+        # would hold the slice its peer needs. Stream waits hold no SM; auto
+        # uses them when this GPU is shared and every flag waited on is in
+        # GPU memory (no remote ranks: the proxy's flags are host memory).
+        shares_gpu = self.gpu and any(r != self.rank and parsed[r][1] == key and parsed[r][2] == uuid
+                                      for r in range(self.world_size))
         if gpu_wait not in ("auto", "kernel", "stream"):
             raise InvalidArgument(22, f"gpu_wait must be auto, kernel or stream, not {gpu_wait!r}", "xfer.moe.MoE")
-        self.gpu_wait = ("stream" if shares_gpu else "kernel") if gpu_wait == "auto" else gpu_wait
+        if gpu_wait == "auto":
+            gpu_wait = "stream" if shares_gpu and not z.remote_ranks else "kernel"
+        self.gpu_wait = gpu_wait
 
         attr = _lib.defaults()
         self._keep = []
