@@ -140,11 +140,10 @@ struct xfer_moe_ctl {
 };
 
 enum {
-	XFER_MOE_KERR_CAPACITY = 1, /* an expert (info) got more rows than the layout holds */
+	XFER_MOE_KERR_CAPACITY = 1, /* an expert (info) got more rows than the layout holds, or
+				     * (info = 2^31 | rank) a receive buffer overflowed */
 	XFER_MOE_KERR_STALE = 2,    /* a record or route vector of rank (info) is from another round */
 	XFER_MOE_KERR_TIMEOUT = 3,  /* a kernel waited past the deadline for rank (info) */
-	XFER_MOE_KERR_PROXY = 4,    /* the proxy failed; outputs of the round are empty */
-	XFER_MOE_KERR_TOKENS = 5,   /* more tokens than max_tokens (info) */
 };
 
 /* Memory the caller provides (the GPU path allocates it in libxfer_moe_cuda;

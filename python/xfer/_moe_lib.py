@@ -22,9 +22,6 @@ AUTO = 0xFFFFFFFF  # XFER_MOE_AUTO
 SCALE_BLOCK = 128
 TOPK_MAX = 32
 
-KERR = {1: "capacity", 2: "stale or malformed data", 3: "wait past the deadline", 4: "proxy failure",
-        5: "too many tokens"}
-
 
 class Config(Structure):
     _fields_ = [(n, c_uint32) for n in (

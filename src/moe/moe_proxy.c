@@ -646,16 +646,22 @@ void *moe_proxy_main(void *arg)
 			continue;
 		}
 		uint32_t kerr = load_acq(&m->b.ctl->k_error);
-		if (kerr)
-			moe_fail(m, kerr == XFER_MOE_KERR_CAPACITY ? -ENOSPC
-				 : kerr == XFER_MOE_KERR_TIMEOUT ? -ETIMEDOUT : -EPROTO,
-				 m->b.ctl->k_error_info,
-				 "a kernel of this rank reported %s (detail %u)",
-				 kerr == XFER_MOE_KERR_CAPACITY ? "that an expert got more rows than its capacity"
-				 : kerr == XFER_MOE_KERR_STALE ? "a record or route vector from another round"
-				 : kerr == XFER_MOE_KERR_TIMEOUT ? "a wait past the deadline for a rank"
-				 : kerr == XFER_MOE_KERR_TOKENS ? "more tokens than max_tokens"
-				 : "an error", m->b.ctl->k_error_info);
+		if (kerr) {
+			uint32_t info = m->b.ctl->k_error_info, me = m->cfg.rank;
+			if (kerr == XFER_MOE_KERR_CAPACITY && (info & 0x80000000u))
+				moe_fail(m, -ENOSPC, me, "the plan kernel of rank %u found its receive or "
+					 "combine send buffer too small (overflow_tokens)", me);
+			else if (kerr == XFER_MOE_KERR_CAPACITY)
+				moe_fail(m, -ENOSPC, me, "the plan kernel of rank %u found expert %u over its "
+					 "capacity (expert_capacity)", me, info);
+			else if (kerr == XFER_MOE_KERR_TIMEOUT)
+				moe_fail(m, -ETIMEDOUT, info, "a wait kernel of rank %u waited past the deadline "
+					 "(%" PRIu64 " ms) for %s %u", me, m->cfg.timeout_ms,
+					 info == UINT32_MAX ? "the proxy of" : "rank", info == UINT32_MAX ? me : info);
+			else
+				moe_fail(m, -EPROTO, info, "a kernel of rank %u found a record or route vector of "
+					 "rank %u malformed or of another round", me, info);
+		}
 		bool did = activate(m, now);
 		for (int k = 0; k < 2; k++)
 			if (m->slot[k].active)

@@ -413,7 +413,7 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 		/* the overflow area; the combine send buffer (only tokens whose top-k
 		 * repeat an expert can exceed it) */
 		if (ovf > d.O || misc[MISC_Q_REMOTE] > d.comb_send_rows) {
-			kernel_error(d, XFER_MOE_KERR_CAPACITY, me);
+			kernel_error(d, XFER_MOE_KERR_CAPACITY, 0x80000000u | me); /* a buffer, not an expert */
 			bad = 1;
 		}
 		misc[MISC_REC_TOTAL] = (uint32_t)rec;
