@@ -111,10 +111,11 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
         def stamper(it):
             return lambda j: ml.g.cuda_stamp(stamps[it, j].data_ptr(), torch.cuda.current_stream().cuda_stream)
 
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream), moe_ranks.Stall(ep, "warm-up rounds", after=15):
             for _ in range(warm):  # eager rounds: warms every path, and the peers up
                 round_()
             torch.cuda.synchronize()
+            ep.check()
             all_gather(b"capture")
             graph = None
             if spec.get("graph", True):
@@ -126,6 +127,9 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
                 except Exception as ex:  # noqa: BLE001 - reported, then timed eagerly
                     res["graph_error"] = f"{type(ex).__name__}: {ex}"
                     graph = None
+                    # nothing captured ran, but the object's call order moved
+                    # on inside the capture: start the eager rounds afresh
+                    ep._state = "idle"  # noqa: SLF001
         torch.cuda.synchronize()
         # every rank says whether it captured: all replay graphs, or all run eagerly
         ok = all(b == b"1" for b in all_gather(b"1" if graph is not None else b"0"))
@@ -137,7 +141,7 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
         log = torch.zeros(reps, per, 6, dtype=torch.int64, device=dev)
         all_gather(b"go")
         t0 = time.perf_counter()
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream), moe_ranks.Stall(ep, "timed rounds", after=30):
             for r in range(reps):
                 if graph is not None:
                     graph.replay()
@@ -145,7 +149,7 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
                     for it in range(per):
                         round_(stamper(it))
                 log[r].copy_(stamps)
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         st = log.view(-1, 6).cpu().tolist()[:iters]
         res["stamps"] = st

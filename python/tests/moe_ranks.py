@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import struct
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional
@@ -117,6 +118,42 @@ def run_ranks(world: int, fn_name: str, spec: Dict[str, Any], timeout: float = 2
     if errors:
         raise AssertionError("\n".join(f"--- rank {r}:\n{t}" for r, t in sorted(errors.items())))
     return results
+
+
+class Stall:
+    """Writes the MoE's state to stderr if the block takes longer than
+    `after` seconds (a hang shows in the log with every flag), and when the
+    block raises."""
+
+    def __init__(self, ep: Any, what: str, after: float = 8.0):
+        self.ep, self.what, self.after = ep, what, after
+        self.timer: Optional[threading.Timer] = None
+
+    def _dump(self, why: str) -> None:
+        try:
+            state = self.ep.debug_state()
+        except Exception as ex:  # noqa: BLE001 - diagnostics must not hide the failure
+            state = f"(no state: {ex})"
+        sys.stderr.write(f"[moe] {self.what}: {why}\n{state}\n")
+        sys.stderr.flush()
+
+    def _tick(self) -> None:
+        self._dump(f"still running after {self.after:.0f} s")
+        self.timer = threading.Timer(self.after, self._tick)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def __enter__(self) -> "Stall":
+        self.timer = threading.Timer(self.after, self._tick)
+        self.timer.daemon = True
+        self.timer.start()
+        return self
+
+    def __exit__(self, typ, val, tb) -> None:
+        if self.timer:
+            self.timer.cancel()
+        if typ is not None:
+            self._dump(f"failed: {typ.__name__}: {val}")
 
 
 # -------------------------------------------------------------- the inputs
@@ -240,58 +277,9 @@ def check_rounds(rank: int, world: int, all_gather: Callable, spec: Dict[str, An
     split = spec.get("split", False)
     checked = rows_checked = 0
     for r in range(1, spec["rounds"] + 1):
-        ins = []
-        for s in range(world):
-            n, x, idx, w = gen_round(spec, r, s)
-            xq, sc = moe.quantize_fp8(x) if fp8 else (x, None)
-            ins.append((n, xq.view(torch.uint8) if fp8 else xq, sc, idx, w))
-        n, x, idx, w = gen_round(spec, r, rank)
-        send_x = x.to(dev)
-        if fp8 and spec.get("prequantized"):
-            send_x, sc_in = moe.quantize_fp8(x)
-            res = ep.dispatch(send_x.to(dev), idx.to(dev), w.to(dev), x_scales=sc_in.to(dev), do_recv=not split)
-        else:
-            res = ep.dispatch(send_x, idx.to(dev), w.to(dev), do_recv=not split)
-        if split:  # overlap: something else runs between the halves
-            torch.ones(64, 64, device=dev).sum()
-            res = ep.dispatch(do_send=False, do_recv=True, handle=res.handle)
-        counts = res.expert_counts.cpu()
-        offsets = res.expert_offsets.cpu()
-        ex = res.expert_x.cpu().reshape(-1, spec["hidden"])
-        if fp8:
-            ex = ex.view(torch.uint8)
-        es = res.expert_scales.cpu().reshape(ex.shape[0], -1) if fp8 else None
-        srank = res.handle.src_rank.cpu().reshape(-1)
-        stok = res.handle.src_token.cpu().reshape(-1)
-        y = torch.zeros(ex.shape, dtype=torch.bfloat16)
-        for le in range(L):
-            e = rank * L + le
-            rx, rs, rr, rt = reference_rows(spec, ins, rank, e)
-            c, o = int(counts[le]), int(offsets[le])
-            assert c == len(rx), f"round {r} expert {e}: {c} rows, want {len(rx)}"
-            got = ex[o:o + c]
-            assert torch.equal(got.view(torch.uint8), rx.view(torch.uint8)), \
-                f"round {r} expert {e}: rows differ at {(got.view(torch.uint8) != rx.view(torch.uint8)).nonzero()[:4].tolist()}"
-            if fp8:
-                assert torch.equal(es[o:o + c], rs), f"round {r} expert {e}: scales differ"
-            assert torch.equal(srank[o:o + c], rr) and torch.equal(stok[o:o + c], rt), \
-                f"round {r} expert {e}: row sources differ"
-            y[o:o + c] = expert_fn(got, es[o:o + c] if fp8 else None, e, fp8)
-            rows_checked += c
-        if r % 3 == 2:
-            continue  # a dispatch-only round: the next dispatch skips the combine
-        yd = y.reshape(res.expert_x.shape).to(dev)
-        if split:
-            ep.combine(yd, res.handle, do_recv=False)
-            torch.ones(64, 64, device=dev).sum()
-            out = ep.combine(handle=res.handle, do_send=False)
-        else:
-            out = ep.combine(yd, res.handle)
-        want = reference_combine(spec, ins[rank][1], ins[rank][2], idx, w, fp8)
-        got = out.cpu()
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
-            f"round {r}: combine differs at {int((got != want).any(dim=1).nonzero()[0])}"
-        checked += n
+        with Stall(ep, f"round {r}"):
+            checked, rows_checked = _one_round(ep, spec, r, rank, world, fp8, split, L, dev, checked,
+                                               rows_checked)
     st = ep.stats()
     t_rounds = time.monotonic()
     ep.close()
@@ -299,6 +287,69 @@ def check_rounds(rank: int, world: int, all_gather: Callable, spec: Dict[str, An
             "overflow": st.overflow_records, "busy_ns": st.busy_ns,
             "seconds": [round(t_built - t_start, 2), round(t_rounds - t_built, 2),
                         round(time.monotonic() - t_rounds, 2)]}
+
+
+def _one_round(ep, spec, r, rank, world, fp8, split, L, dev, checked, rows_checked):
+    """One round of check_rounds: dispatch, the checks, the experts, combine."""
+    import torch
+
+    from xfer import moe
+
+    ins = []
+    for s in range(world):
+        n, x, idx, w = gen_round(spec, r, s)
+        xq, sc = moe.quantize_fp8(x) if fp8 else (x, None)
+        ins.append((n, xq.view(torch.uint8) if fp8 else xq, sc, idx, w))
+    n, x, idx, w = gen_round(spec, r, rank)
+    send_x = x.to(dev)
+    if fp8 and spec.get("prequantized"):
+        send_x, sc_in = moe.quantize_fp8(x)
+        res = ep.dispatch(send_x.to(dev), idx.to(dev), w.to(dev), x_scales=sc_in.to(dev), do_recv=not split)
+    else:
+        res = ep.dispatch(send_x, idx.to(dev), w.to(dev), do_recv=not split)
+    if split:  # overlap: something else runs between the halves
+        torch.ones(64, 64, device=dev).sum()
+        res = ep.dispatch(do_send=False, do_recv=True, handle=res.handle)
+    counts = res.expert_counts.cpu()
+    ep.check()  # a failed round has empty outputs: say why rather than 'rows differ'
+    offsets = res.expert_offsets.cpu()
+    ex = res.expert_x.cpu().reshape(-1, spec["hidden"])
+    if fp8:
+        ex = ex.view(torch.uint8)
+    es = res.expert_scales.cpu().reshape(ex.shape[0], -1) if fp8 else None
+    srank = res.handle.src_rank.cpu().reshape(-1)
+    stok = res.handle.src_token.cpu().reshape(-1)
+    y = torch.zeros(ex.shape, dtype=torch.bfloat16)
+    for le in range(L):
+        e = rank * L + le
+        rx, rs, rr, rt = reference_rows(spec, ins, rank, e)
+        c, o = int(counts[le]), int(offsets[le])
+        assert c == len(rx), f"round {r} expert {e}: {c} rows, want {len(rx)}"
+        got = ex[o:o + c]
+        assert torch.equal(got.view(torch.uint8), rx.view(torch.uint8)), \
+            f"round {r} expert {e}: rows differ at {(got.view(torch.uint8) != rx.view(torch.uint8)).nonzero()[:4].tolist()}"
+        if fp8:
+            assert torch.equal(es[o:o + c], rs), f"round {r} expert {e}: scales differ"
+        assert torch.equal(srank[o:o + c], rr) and torch.equal(stok[o:o + c], rt), \
+            f"round {r} expert {e}: row sources differ"
+        y[o:o + c] = expert_fn(got, es[o:o + c] if fp8 else None, e, fp8)
+        rows_checked += c
+    if r % 3 == 2:
+        return checked, rows_checked  # a dispatch-only round: the next dispatch skips the combine
+    yd = y.reshape(res.expert_x.shape).to(dev)
+    if split:
+        ep.combine(yd, res.handle, do_recv=False)
+        torch.ones(64, 64, device=dev).sum()
+        out = ep.combine(handle=res.handle, do_send=False)
+    else:
+        out = ep.combine(yd, res.handle)
+    want = reference_combine(spec, ins[rank][1], ins[rank][2], idx, w, fp8)
+    got = out.cpu()
+    ep.check()
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+        f"round {r}: combine differs at {int((got != want).any(dim=1).nonzero()[0])}"
+    checked += n
+    return checked, rows_checked
 
 
 def check_dead_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -404,8 +455,10 @@ def check_graph(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any
         sx.copy_(x), si.copy_(idx), sw.copy_(w)
         torch.cuda.synchronize()
         all_gather(b"go")
-        g.replay()
-        torch.cuda.synchronize()
+        with Stall(ep, f"replay {r}"):
+            g.replay()
+            torch.cuda.synchronize()
+            ep.check()
         want = reference_combine(spec, x, None, idx, w, False)
         assert torch.equal(out.cpu().view(torch.int16), want.view(torch.int16)), f"replay {r}: combine differs"
         for le in range(L):

@@ -104,6 +104,7 @@ _CUDA_PROTOS = {
     "xfer_moe_cuda_combine_send": (c_int, P, P, c_uint64),
     "xfer_moe_cuda_combine_recv": (c_int, P, c_uint32, P, P, c_uint64),
     "xfer_moe_cuda_stamp": (c_int, P, c_uint64),
+    "xfer_moe_cuda_debug": (c_int, P, c_char_p, c_size_t),
     "xfer_moe_cuda_release": (None, P),
     "xfer_moe_cuda_destroy": (None, P),
 }

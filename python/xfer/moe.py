@@ -580,6 +580,27 @@ class MoE:
 
     # ---------------------------------------------------------------- misc
 
+    def debug_state(self) -> str:
+        """One line per source of state, for a log when something is stuck:
+        the control words the kernels and the proxy share, the module's
+        status, and on a GPU the device round and this rank's arena flags
+        (read on a stream of their own, so also while a wait spins)."""
+        if not self._m:
+            return "closed"
+        b = ml.Buffers()
+        ml.f.get_buffers(self._m, byref(b))
+        c = ml.Ctl.from_address(b.ctl)
+        msg = ctypes.create_string_buffer(512)
+        rc = ml.f.status(self._m, msg, 512, None)
+        out = [f"rank {self.rank}: python round {self._round} state {self._state}; status {rc} "
+               f"{msg.value.decode(errors='replace')!r}; ctl " + " ".join(
+                   f"{n}={getattr(c, n)}" for n, _ in ml.Ctl._fields_ if not n.startswith("pad"))]
+        if self._g:
+            buf = ctypes.create_string_buffer(8192)
+            n = ml.g.cuda_debug(self._g, buf, 8192)
+            out.append(buf.value.decode(errors="replace") if n >= 0 else f"cuda_debug: {ml.cuda_error()}")
+        return "\n".join(out)
+
     def stats(self) -> MoEStats:
         s = ml.Stats()
         ml.f.get_stats(self._m, byref(s))

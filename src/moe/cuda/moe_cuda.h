@@ -84,6 +84,12 @@ XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, uint32_t n,
  * global timer (ns, one clock for every process on the device) in *dst. */
 XFER_MOE_CUDA_API int xfer_moe_cuda_stamp(uint64_t *dst, uint64_t stream);
 
+/* Diagnostics: the device round, this rank's arena flags (ready, cons,
+ * comb per rank), the kernels' counters and the plan's totals, read on a
+ * stream of its own (so also while a wait spins), as one line of text in
+ * buf. Returns its length. */
+XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *buf, size_t cap);
+
 /* The proxy's release hook (xfer_moe_set_release): raises every flag a
  * stream of this rank may wait on, on a stream of its own. */
 XFER_MOE_CUDA_API void xfer_moe_cuda_release(void *g);

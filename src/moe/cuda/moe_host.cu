@@ -567,6 +567,54 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, 
 	return 0;
 }
 
+static int list(char *buf, size_t cap, int o, const char *name, const uint32_t *v, uint32_t n)
+{
+	o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, " %s[", name);
+	for (uint32_t i = 0; i < n && o < (int)cap; i++)
+		o += snprintf(buf + o, cap - (size_t)o, "%s%u", i ? "," : "", v[i]);
+	o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, "]");
+	return o;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *buf, size_t cap)
+{
+	if (!g || !buf || !cap)
+		return fail(-EINVAL, "xfer_moe_cuda_debug: bad arguments");
+	CU(cudaSetDevice(g->device), "cudaSetDevice");
+	const moe_dev &d = g->d;
+	uint32_t W = d.W, n = 1 + 3 * W + CNT_N + MISC_N;
+	uint32_t *h = (uint32_t *)calloc(n, 4);
+	if (!h)
+		return fail(-ENOMEM, "out of memory");
+	uint64_t offs[6] = {d.o_round, d.o_ready, d.o_cons, d.o_comb, d.o_cnt, d.o_misc};
+	uint32_t cnt[6] = {1, W, W, W, CNT_N, MISC_N}, at = 0;
+	cudaError_t e = cudaSuccess;
+	for (int i = 0; i < 6 && e == cudaSuccess; i++) {
+		e = cudaMemcpyAsync(h + at, g->arena + offs[i], 4ull * cnt[i], cudaMemcpyDeviceToHost, g->rel);
+		at += cnt[i];
+	}
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(g->rel);
+	if (e != cudaSuccess) {
+		free(h);
+		return cuda_fail(e, "reading the arena");
+	}
+	const struct xfer_moe_ctl *c = g->ctl_h;
+	int o = snprintf(buf, cap, "rank %u: device round %u; ctl k_route %u k_packed %u k_recv_done %u "
+			 "k_comb_packed %u k_comb_done %u k_error %u/%u recv_flag %u comb_flag %u tx_ready %u "
+			 "comb_tx_ready %u p_error %d/%u; wait %s;", d.me, h[0], c->k_route, c->k_packed,
+			 c->k_recv_done, c->k_comb_packed, c->k_comb_done, c->k_error, c->k_error_info,
+			 c->recv_flag, c->comb_flag, c->tx_ready, c->comb_tx_ready, c->p_error, c->p_error_rank,
+			 g->wait == XFER_MOE_WAIT_STREAM ? "stream" : "kernel");
+	o = list(buf, cap, o, "ready", h + 1, W);
+	o = list(buf, cap, o, "cons", h + 1 + W, W);
+	o = list(buf, cap, o, "comb", h + 1 + 2 * W, W);
+	o = list(buf, cap, o, "counters", h + 1 + 3 * W, 6);
+	o = list(buf, cap, o, "misc(rec,q_remote,q_total,bad)", h + 1 + 3 * W + CNT_N, 4);
+	free(h);
+	return o < (int)cap ? o : (int)cap - 1;
+}
+
 extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_stamp(uint64_t *dst, uint64_t stream)
 {
 	moe_stamp_kernel<<<1, 1, 0, (cudaStream_t)(uintptr_t)stream>>>(dst);
