@@ -20,7 +20,7 @@ TORCH ?= 1
 VENV_PY := $(abspath $(VENV))/bin/python
 PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV_PY) -m pip install -q
 
-.PHONY: all build configure demo pd-demo test test-asan test-tsan check-all install venv \
+.PHONY: all build configure demo pd-demo test test-asan test-tsan check-all install venv wheel \
 	bench bench-multinic fuzz soak clean distclean FORCE
 
 all: build
@@ -56,7 +56,10 @@ $(VENV)/.xfer-test-deps: python/requirements-test.txt
 $(VENV)/.xfer-torch: $(VENV)/.xfer-test-deps python/requirements-torch.txt
 	$(PIP) -r python/requirements-torch.txt
 	@touch $@
-venv: $(VENV)/.xfer-test-deps $(if $(filter 1,$(TORCH)),$(VENV)/.xfer-torch)
+$(VENV)/.xfer-wheel-tools: $(VENV)/.xfer-test-deps python/requirements-wheel.txt
+	$(PIP) -r python/requirements-wheel.txt
+	@touch $@
+venv: $(VENV)/.xfer-test-deps $(VENV)/.xfer-wheel-tools $(if $(filter 1,$(TORCH)),$(VENV)/.xfer-torch)
 
 test: build venv
 	cd $(BUILD) && ctest --output-on-failure -j2
@@ -74,6 +77,12 @@ check-all: test test-asan test-tsan
 # Everything under $(DESTDIR)$(PREFIX), whatever the build was configured with.
 install: build
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Python wheel, libxfer inside (pyproject.toml), into $(BUILD)/dist:
+# built by pip in an isolated environment, then tagged manylinux by
+# auditwheel where it can be (scripts/build-wheel.sh says what it did).
+wheel: venv
+	scripts/build-wheel.sh $(VENV_PY) $(BUILD)/dist
 
 # The standard benchmark matrix on the default provider (issue: xfer-bench).
 bench: build
