@@ -11,7 +11,7 @@ BUILD_TESTS ?= ON
 
 # The Python tests run in a virtual environment of their own, never in the
 # system Python: $(VENV), made from $(PYTHON) with pytest and numpy, plus
-# torch (a large download, ~3.5 GB with its CUDA libraries) unless TORCH=0;
+# torch (a large download, several GB with its CUDA libraries) unless TORCH=0;
 # the torch tests then skip. Shared by every build directory. Each step
 # leaves a stamp, so it runs once.
 PYTHON ?= python3
