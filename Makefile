@@ -81,7 +81,7 @@ install: build
 # The Python wheel, libxfer inside (pyproject.toml), into $(BUILD)/dist:
 # built by pip in an isolated environment, then tagged manylinux by
 # auditwheel where it can be (scripts/build-wheel.sh says what it did).
-wheel: venv
+wheel: $(VENV)/.xfer-wheel-tools
 	scripts/build-wheel.sh $(VENV_PY) $(BUILD)/dist
 
 # The standard benchmark matrix on the default provider (issue: xfer-bench).
