@@ -86,7 +86,10 @@ class Trainer:
         self.params = params
         self.boxes = boxes
         first = next(iter(params.values()), None)
-        self.device = torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
+        dev = torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
+        if dev.type == "cuda" and dev.index is None:  # "cuda" and "cuda:N" must compare equal to tensors' devices
+            dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
         self.eng = xfer.Engine(heartbeat_ms=heartbeat_ms, heartbeat_misses=heartbeat_misses,
                                on_recv=self._on_msg, **engine_kw)
         self.regions: Dict[str, Any] = {}
