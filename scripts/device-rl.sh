@@ -3,7 +3,8 @@
 # preparation throughputs for the simulator, the multi-process demo with
 # CUDA tensors (trainer and inference processes sharing the GPU; every
 # tensor verified bit-exact after every step), the fault demo on CUDA, and
-# the simulator's table with the measured inputs. About 3-4 minutes.
+# CPU-offloaded shards (the H2D stage), and the simulator's table with the
+# measured inputs. About 4 minutes.
 #
 #   scripts/device-rl.sh OUT_DIR
 set -uo pipefail
@@ -29,6 +30,7 @@ step demo-cuda-4to2 timeout 150 python3 python/bench/rl_demo.py --device cuda --
 step demo-cuda-3to2-1buf timeout 120 python3 python/bench/rl_demo.py --device cuda --trainers 3 --node 3 --ranks 2 \
 	--buffers 1 --provider shm --steps 2
 step demo-cuda-fault timeout 150 python3 python/bench/rl_demo.py --device cuda --fault
+step demo-cuda-offload timeout 120 python3 python/bench/rl_demo.py --device cuda --offload --steps 2
 cp docs/rl/engine-costs.json "$out/" 2>/dev/null
 step sim timeout 240 python3 -m xfer.rl.sim --table --measured "$out" --json "$out/sim-table.json"
 echo "device-rl: $fails step(s) failed"

@@ -15,6 +15,7 @@ says, and quantized block by block with plain torch ops.
     python3 python/bench/rl_demo.py --trainers 3 --node 3 --ranks 2 --buffers 1
     python3 python/bench/rl_demo.py --device cuda       # processes share the GPU
     python3 python/bench/rl_demo.py --fault             # kill rank 1 mid-update, replace it
+    python3 python/bench/rl_demo.py --device cuda --offload   # shards in host memory (H2D stage)
 
 Exit status 0: every step verified (and, with --fault, the faulty step failed
 on every trainer naming the rank, then the replacement worked); 77: torch is
@@ -111,8 +112,12 @@ def trainer_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
     boxes = local_boxes(mine, rank)
     dev = torch.device(cfg["device"])
     shapes = {n: s for n, s, _ in spec.params()}
-    params = {s.name: torch.zeros((s.rows[1] - s.rows[0]) * (s.cols[1] - s.cols[0]), dtype=torch.bfloat16, device=dev)
+    # --offload: shards in (pinned) host memory, prepared on the GPU (the H2D stage)
+    pdev = torch.device("cpu") if cfg.get("offload") else dev
+    params = {s.name: torch.zeros((s.rows[1] - s.rows[0]) * (s.cols[1] - s.cols[0]), dtype=torch.bfloat16, device=pdev)
               for s in mine}
+    if cfg.get("offload") and dev.type == "cuda":
+        params = {k: v.pin_memory() for k, v in params.items()}
     sched = Schedule.from_bytes(conn.recv_bytes())
 
     def on_task(step, task):
@@ -120,7 +125,7 @@ def trainer_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
             time.sleep(0.01)
 
     tr = Trainer(sched, rank, params, boxes, gather=TorchGather(sched, rank), pool_bytes=cfg["pool_bytes"],
-                 on_task=on_task, provider=cfg["provider"], nics=cfg.get("nics"), timeout_ms=30000)
+                 on_task=on_task, device=dev, provider=cfg["provider"], nics=cfg.get("nics"), timeout_ms=30000)
     conn.send_bytes(tr.address)
     trainers = json.loads(conn.recv_bytes())
     inference = json.loads(conn.recv_bytes())
@@ -159,7 +164,6 @@ def trainer_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
 def inference_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
     import torch
 
-    import xfer
     from xfer.rl import models, wire
     from xfer.rl.inference import Inference
     from xfer.rl.layout import Placer
@@ -226,7 +230,7 @@ def free_port() -> int:
 
 class Demo:
     def __init__(self, trainers: int, node: int, ranks: int, provider: str, device: str, buffers: int,
-                 model: str = "small-moe", slow_step: Optional[int] = None, log=print):
+                 model: str = "small-moe", slow_step: Optional[int] = None, offload: bool = False, log=print):
         from xfer.rl import layout, plan
 
         self.log = log
@@ -234,7 +238,7 @@ class Demo:
         self.ctx.set_forkserver_preload(["torch", "xfer", "xfer.rl", "xfer.rl.trainer", "xfer.rl.inference"])
         self.cfg = {"model": model, "trainers": trainers, "node": node, "tp": ranks, "provider": provider,
                     "nics": "lo" if provider.startswith("tcp") else None, "device": device, "buffers": buffers,
-                    "port": free_port(), "pool_bytes": 8 << 20, "slow_step": slow_step}
+                    "port": free_port(), "pool_bytes": 8 << 20, "slow_step": slow_step, "offload": offload}
         t0 = time.monotonic()
         self.tconns, self.tprocs = [], []
         for r in range(trainers):
@@ -372,7 +376,7 @@ def run(args) -> int:
         print("SKIP: --device cuda but CUDA is not available here")
         return 77
     demo = Demo(args.trainers, args.node, args.ranks, args.provider, args.device, args.buffers,
-                slow_step=1 if args.fault else None)
+                slow_step=1 if args.fault else None, offload=args.offload)
     probs: List[str] = []
     try:
         if not args.fault:
@@ -416,6 +420,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--buffers", type=int, default=2, choices=(1, 2))
     ap.add_argument("--fault", action="store_true", help="kill inference rank 1 mid-update, then replace it")
+    ap.add_argument("--offload", action="store_true", help="trainer shards in host memory, prepared on --device (H2D)")
     return run(ap.parse_args(argv))
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import xfer
 
 from . import fp8, wire
-from .layout import FP8, LayoutError, Shard, Sharded, esize
+from .layout import FP8, LayoutError, Sharded, esize
 from .pool import Pool
 from .schedule import Schedule, copy_is_contiguous
 
@@ -370,7 +370,7 @@ class _Run:
 
     def do_prep(self, task: List[Any]) -> None:
         _, _, ci, r0, r1, dests = task
-        tr, torch = self.tr, self.torch
+        tr = self.tr
         ct = self.s.contents[ci]
         h, W = r1 - r0, ct.shape[1]
         src_dtypes = {self.s.params[p.source][2] for p in ct.pieces}
