@@ -247,3 +247,21 @@ def test_model_sizes_match_the_published_counts():
     assert 1.00e12 < total < 1.05e12 and expert / total > 0.98  # "1T parameters"
     assert abs(models.DEEPSEEK_V3.count()[0] - 671e9) < 1e9     # 671B without the MTP layer
     assert abs(models.QWEN3_235B.count()[0] - 235e9) < 1e9
+
+
+def test_status_messages_fit_and_parse_as_untrusted():
+    from xfer.rl import wire
+
+    many = {f"inference {j}": "PeerError: " + "x" * 300 for j in range(2000)}
+    b = wire.status(7, 3, 1, many)
+    assert len(b) <= 8000
+    v = wire.parse_status(b)
+    assert v["step"] == 7 and v["rank"] == 3 and "more" in v["failed"]
+    for junk in (b"", b"[]", b'{"k": "status"}', b'{"k": "x", "step": 1, "rank": 0, "failed": {}}', b"\xff"):
+        with pytest.raises(ValueError):
+            wire.parse_status(junk)
+    e = wire.UpdateError(4, {"inference 1": "PeerError", "trainer 2": "no status"}, "trainer 0")
+    assert e.inference_ranks == [1] and "inference 1 (PeerError)" in str(e)
+    assert wire.imm(wire.DATA, 4096 + 5, 3) == wire.imm(wire.DATA, 5, 3)  # steps wrap at 4096
+    with pytest.raises(ValueError):
+        wire.imm(wire.DATA, 0, 1 << 16)

@@ -44,9 +44,24 @@ class UpdateError(RuntimeError):
         return sorted(int(k.split()[1]) for k in self.failed if k.startswith("inference "))
 
 
-def status(step: int, rank: int, epoch: int, failed: Dict[str, str]) -> bytes:
+def status(step: int, rank: int, epoch: int, failed: Dict[str, str], limit: int = 8000) -> bytes:
+    """At most ``limit`` bytes (the engine's msg_max is 8 KiB by default):
+    reasons are shortened, then dropped (the rank names kept) if need be."""
+    for width in (200, 40, 0):
+        f = {k: v[:width] for k, v in failed.items()}
+        b = json.dumps({"k": "status", "step": step, "rank": rank, "epoch": epoch, "failed": f}).encode()
+        if len(b) <= limit:
+            return b
+    names = sorted(failed)
+    while names:
+        names = names[: len(names) // 2]
+        f = {k: "" for k in names}
+        f["more"] = f"{len(failed) - len(names)} more failures"
+        b = json.dumps({"k": "status", "step": step, "rank": rank, "epoch": epoch, "failed": f}).encode()
+        if len(b) <= limit:
+            return b
     return json.dumps({"k": "status", "step": step, "rank": rank, "epoch": epoch,
-                       "failed": {k: v[:200] for k, v in failed.items()}}).encode()
+                       "failed": {"more": f"{len(failed)} failures"}}).encode()
 
 
 def parse_status(data: bytes) -> Dict[str, Any]:
