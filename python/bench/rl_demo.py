@@ -230,7 +230,8 @@ def free_port() -> int:
 
 class Demo:
     def __init__(self, trainers: int, node: int, ranks: int, provider: str, device: str, buffers: int,
-                 model: str = "small-moe", slow_step: Optional[int] = None, offload: bool = False, log=print):
+                 model: str = "small-moe", slow_step: Optional[int] = None, offload: bool = False,
+                 mode: str = "xfer", log=print):
         from xfer.rl import layout, plan
 
         self.log = log
@@ -253,7 +254,7 @@ class Demo:
         shards = [layout.Shard.from_json(x) for c in self.tconns for x in json.loads(c.recv_bytes())]
         targets = [layout.Target.from_json(x) for info in infos for x in info["targets"]]
         t1 = time.monotonic()
-        self.schedule = plan.build(shards, targets, region_bytes=[i["nbytes"] for i in infos])
+        self.schedule = plan.build(shards, targets, region_bytes=[i["nbytes"] for i in infos], mode=mode)
         self.plan_seconds = time.monotonic() - t1
         blob = self.schedule.to_bytes()
         for c in self.tconns:
@@ -376,7 +377,7 @@ def run(args) -> int:
         print("SKIP: --device cuda but CUDA is not available here")
         return 77
     demo = Demo(args.trainers, args.node, args.ranks, args.provider, args.device, args.buffers,
-                slow_step=1 if args.fault else None, offload=args.offload)
+                slow_step=1 if args.fault else None, offload=args.offload, mode=args.mode)
     probs: List[str] = []
     try:
         if not args.fault:
@@ -420,6 +421,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--buffers", type=int, default=2, choices=(1, 2))
     ap.add_argument("--fault", action="store_true", help="kill inference rank 1 mid-update, then replace it")
+    ap.add_argument("--mode", default="xfer", choices=("xfer", "published"),
+                    help="planner mode (published: full_tensor() all-gathers, sends from the full tensors)")
     ap.add_argument("--offload", action="store_true", help="trainer shards in host memory, prepared on --device (H2D)")
     return run(ap.parse_args(argv))
 

@@ -5,6 +5,7 @@ machine, every tensor verified bit-exact after every step (bench/rl_demo.py).
   ranks over tcp, double-buffered;
 * 3 trainers (uneven FSDP shards) -> 2 inference ranks over shm, one buffer
   with pause/resume;
+* the published design's plan (all-gathers, sends from full tensors) on shm;
 * a fault: inference rank 1 exits when the first write of step 1 lands; every
   trainer's update(1) raises naming it within the deadline while rank 0 still
   gets step 1; a new process replaces it (new engine, re-registered memory,
@@ -57,6 +58,17 @@ def test_three_trainers_uneven_shards_single_buffer_shm():
     demo = rl_demo.Demo(3, 3, 2, "shm", "cpu", 1)
     try:
         _steps(demo, range(2))
+    finally:
+        demo.close()
+
+
+def test_published_design_plan_shm():
+    """The published design's plan: every parameter all-gathered on a mesh,
+    copies and preparations from the full tensors."""
+    demo = rl_demo.Demo(4, 2, 2, "shm", "cpu", 2, mode="published")
+    try:
+        assert all(t[4] == -1 for g in demo.schedule.gathers for ts in g.values() for t in ts)
+        _steps(demo, [0])
     finally:
         demo.close()
 
