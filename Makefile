@@ -1,19 +1,45 @@
 # Thin wrapper over CMake so that a newcomer needs two commands:
 #   make demo   build, then run a verified two-process transfer
-#   make test   build, then run every test
+#   make test   build, then run every test (sets up the Python test venv)
 BUILD ?= build
 PREFIX ?= /usr/local
+DESTDIR ?=
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# OFF: build only the library and the tools (e.g. `make install BUILD_TESTS=OFF`).
+BUILD_TESTS ?= ON
 
-.PHONY: bench-multinic all build demo pd-demo test test-asan test-tsan check-all install bench fuzz soak clean
+# The Python tests run in a virtual environment of their own, never in the
+# system Python: $(VENV), made from $(PYTHON) with pytest and numpy, plus
+# torch (a large download, several GB with its CUDA libraries) unless TORCH=0;
+# the torch tests then skip. Shared by every build directory. Each step
+# leaves a stamp, so it runs once.
+PYTHON ?= python3
+VENV ?= build/venv
+TORCH ?= 1
+VENV_PY := $(abspath $(VENV))/bin/python
+PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV_PY) -m pip install -q
+
+.PHONY: all build configure demo pd-demo test test-asan test-tsan check-all install venv wheel \
+	bench bench-multinic fuzz soak clean distclean FORCE
 
 all: build
 
-$(BUILD)/Makefile: CMakeLists.txt
-	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+# Configure again whenever a setting below changes (a make variable, not
+# only CMakeLists.txt): `make install PREFIX=...` must never be ignored
+# because build/ already exists.
+CONFIG := -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DXFER_BUILD_TESTS=$(BUILD_TESTS) \
+	-DXFER_PYTHON=$(VENV_PY) $(CMAKE_FLAGS)
+$(BUILD)/make-config: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CONFIG)' | cmp -s - $@ || echo '$(CONFIG)' > $@
+$(BUILD)/make-configured: $(BUILD)/make-config CMakeLists.txt
+	cmake -S . -B $(BUILD) $(CONFIG)
+	@touch $@
 
-build: $(BUILD)/Makefile
+configure: $(BUILD)/make-configured
+
+build: $(BUILD)/make-configured
 	cmake --build $(BUILD) -j$(JOBS)
 
 demo: build
@@ -23,7 +49,19 @@ demo: build
 pd-demo: build
 	scripts/pd-demo.sh $(BUILD)
 
-test: build
+$(VENV)/.xfer-test-deps: python/requirements-test.txt
+	test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) -r python/requirements-test.txt
+	@touch $@
+$(VENV)/.xfer-torch: $(VENV)/.xfer-test-deps python/requirements-torch.txt
+	$(PIP) -r python/requirements-torch.txt
+	@touch $@
+$(VENV)/.xfer-wheel-tools: $(VENV)/.xfer-test-deps python/requirements-wheel.txt
+	$(PIP) -r python/requirements-wheel.txt
+	@touch $@
+venv: $(VENV)/.xfer-test-deps $(VENV)/.xfer-wheel-tools $(if $(filter 1,$(TORCH)),$(VENV)/.xfer-torch)
+
+test: build venv
 	cd $(BUILD) && ctest --output-on-failure -j2
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, and
@@ -36,8 +74,15 @@ test-tsan:
 
 check-all: test test-asan test-tsan
 
+# Everything under $(DESTDIR)$(PREFIX), whatever the build was configured with.
 install: build
-	cmake --install $(BUILD)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Python wheel, libxfer inside (pyproject.toml), into $(BUILD)/dist:
+# built by pip in an isolated environment, then tagged manylinux by
+# auditwheel where it can be (scripts/build-wheel.sh says what it did).
+wheel: $(VENV)/.xfer-wheel-tools
+	scripts/build-wheel.sh $(VENV_PY) $(BUILD)/dist
 
 # The standard benchmark matrix on the default provider (issue: xfer-bench).
 bench: build
@@ -63,5 +108,11 @@ soak: build
 	XFER_TEST_PROVIDER=tcp $(BUILD)/bin/xfer-soak $(SOAK_SECONDS)
 	XFER_TEST_PROVIDER=shm $(BUILD)/bin/xfer-soak $(SOAK_SECONDS)
 
+# Build trees, but not the Python venv (torch is a large download): distclean
+# removes that too.
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build-asan build-tsan
+	if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name venv -exec rm -rf {} +; fi
+
+distclean: clean
+	rm -rf build

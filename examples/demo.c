@@ -4,7 +4,7 @@
  * completion only from immediate counters, verifies every byte, and both
  * sides print what moved and how fast.
  *
- *   xfer-demo [--provider NAME] [--nics LIST] [--mib N]
+ *   xfer-demo [--provider NAME] [--nics LIST] [--mib N] | --version | --help
  */
 #include <errno.h>
 #include <stdint.h>
@@ -235,15 +235,23 @@ int main(int argc, char **argv)
 	struct xfer_attr a;
 	size_t mib = 256;
 	xfer_attr_init(&a);
+	static const char usage[] = "usage: xfer-demo [--provider NAME] [--nics LIST] [--mib N]\n"
+				    "       xfer-demo --version | --help\n";
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--provider") && i + 1 < argc)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage, stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--version")) {
+			printf("xfer-demo (xfer) %s\n", xfer_version());
+			return 0;
+		} else if (!strcmp(argv[i], "--provider") && i + 1 < argc) {
 			a.provider = argv[++i];
-		else if (!strcmp(argv[i], "--nics") && i + 1 < argc)
+		} else if (!strcmp(argv[i], "--nics") && i + 1 < argc) {
 			a.nics = argv[++i];
-		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+		} else if (!strcmp(argv[i], "--mib") && i + 1 < argc) {
 			mib = strtoul(argv[++i], NULL, 0);
-		else {
-			fprintf(stderr, "usage: %s [--provider NAME] [--nics LIST] [--mib N]\n", argv[0]);
+		} else {
+			fputs(usage, stderr);
 			return 2;
 		}
 	}

@@ -23,6 +23,11 @@ extern "C" {
 
 #define XFER_VERSION_MAJOR 0
 #define XFER_VERSION_MINOR 1
+#define XFER_VERSION_PATCH 0
+
+/* Version of the library actually loaded, "MAJOR.MINOR.PATCH" (the header's
+ * macros say what a program was compiled against). Static string. */
+const char *xfer_version(void);
 
 /* Library-specific error codes; returned negated like errno values. */
 enum {
@@ -37,6 +42,21 @@ enum {
 };
 
 const char *xfer_strerror(int err);
+
+/* ----------------------------------------------------------------- logging */
+
+/* Levels of xfer_attr.log_level and XFER_LOG_LEVEL (which also takes the
+ * names "error", "warn", "info", "debug"). A negative level logs nothing. */
+enum xfer_log_level { XFER_LOG_ERROR = 0, XFER_LOG_WARN = 1, XFER_LOG_INFO = 2, XFER_LOG_DEBUG = 3 };
+
+/* Log handler: one call per line, msg without a trailing newline and valid
+ * only during the call. It runs on the thread that logs, often an engine's
+ * worker: it must be quick and must not call xfer_log_set_handler. */
+typedef void (*xfer_log_fn)(void *ctx, int level, const char *msg);
+/* Process-wide. fn NULL restores the default (stderr, "xfer[pid] level: msg").
+ * Returns once no thread is still inside the previous handler, so that its
+ * ctx may then be freed. */
+void xfer_log_set_handler(xfer_log_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------ engine */
 
@@ -65,7 +85,7 @@ struct xfer_attr {
 	uint32_t max_regions;  /* registered regions at once (-ENOSPC past it) */
 	uint32_t spin_us;      /* worker busy-polls this long before sleeping */
 	uint64_t timeout_ms;   /* default deadline of waits and operations */
-	int log_level;         /* 0 error, 1 warn, 2 info, 3 debug */
+	int log_level;         /* enum xfer_log_level; process-wide, set at creation */
 	xfer_recv_fn on_recv;  /* optional: receive by callback instead of xfer_recv */
 	void *on_recv_ctx;
 	uint32_t heartbeat_ms;     /* liveness probe interval per peer; 0: off */

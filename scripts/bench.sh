@@ -5,8 +5,8 @@
 #   scripts/bench.sh [BUILD_DIR] [more xfer-bench options, e.g. --provider shm]
 #
 # XFER_BENCH_SECONDS sets the time per row (default 0.9, split into 3
-# alternating raw/xfer rounds). Installs ucx-utils for the UCX baseline when
-# it is missing and we are root on Debian; the run goes on without it.
+# alternating raw/xfer rounds). Installs nothing: without ucx_perftest the
+# UCX rows say so (scripts/install-deps.sh --bench installs it).
 set -euo pipefail
 build=${1:-build}
 [ $# -gt 0 ] && shift
@@ -16,15 +16,8 @@ if [ ! -x "$bench" ]; then
 	exit 1
 fi
 if ! command -v ucx_perftest >/dev/null 2>&1; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "bench.sh: installing ucx-utils for the UCX baseline" >&2
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y -qq ucx-utils >/dev/null 2>&1 ||
-			{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq ucx-utils >/dev/null 2>&1; } ||
-			echo "bench.sh: could not install ucx-utils; the UCX rows will say so" >&2
-	else
-		echo "bench.sh: ucx_perftest not found (apt-get install ucx-utils); the UCX rows will say so" >&2
-	fi
+	echo "bench.sh: ucx_perftest not found: no UCX baseline (Debian: apt-get install ucx-utils," \
+		"or scripts/install-deps.sh --bench)" >&2
 fi
 # xfer-bench's last line says how much CPU other processes took meanwhile.
 read -r l1 _ < /proc/loadavg

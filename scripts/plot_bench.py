@@ -5,32 +5,22 @@ size for paged writes.
 
     plot_bench.py --out bench.png rows.jsonl [more.jsonl ...]
 
-xfer-bench --plot FILE.png runs this itself. matplotlib is installed with
-pip when it is missing (set XFER_BENCH_NO_PIP=1 to forbid that); without it
-the script says so and exits 3, and xfer-bench carries on.
+xfer-bench --plot FILE.png runs this itself. It installs nothing: without
+matplotlib it says how to get it and exits 3, and xfer-bench carries on.
 """
 import argparse
 import json
-import os
-import subprocess
 import sys
+
+INSTALL_HINT = ("apt-get install python3-matplotlib (Debian), or pip install matplotlib "
+                "inside a virtual environment")
 
 
 def load_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        if os.environ.get("XFER_BENCH_NO_PIP"):
-            return None
-        print("plot_bench: matplotlib missing; trying pip install matplotlib", file=sys.stderr)
-        rc = subprocess.call([sys.executable, "-m", "pip", "install", "--quiet", "matplotlib"],
-                             stdout=subprocess.DEVNULL)
-        if rc != 0:
-            return None
-        try:
-            import matplotlib
-        except ImportError:
-            return None
+        return None
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
     return plt
@@ -68,7 +58,8 @@ def main():
         return 2
     plt = load_matplotlib()
     if plt is None:
-        print("plot_bench: matplotlib is not available; no plot", file=sys.stderr)
+        print(f"plot_bench: matplotlib is not installed for {sys.executable}; no plot. "
+              f"Install it: {INSTALL_HINT}", file=sys.stderr)
         return 3
 
     single = [r for r in rows if r["op"] == "single" and r.get("gbps") is not None]

@@ -51,7 +51,7 @@ void xfer_attr_init(struct xfer_attr *a)
 		else
 			a->worker_cpu = (int)cpu;
 	}
-	uint32_t timeout = (uint32_t)a->timeout_ms, level = (uint32_t)a->log_level;
+	uint32_t timeout = (uint32_t)a->timeout_ms;
 	env_u32("XFER_SUBMIT_DEPTH", &a->submit_depth);
 	env_u32("XFER_MAX_OPS", &a->max_ops);
 	env_u32("XFER_RECV_COUNT", &a->recv_count);
@@ -60,9 +60,9 @@ void xfer_attr_init(struct xfer_attr *a)
 	env_u32("XFER_MAX_REGIONS", &a->max_regions);
 	env_u32("XFER_SPIN_US", &a->spin_us);
 	env_u32("XFER_TIMEOUT_MS", &timeout);
-	env_u32("XFER_LOG_LEVEL", &level);
+	if ((v = getenv("XFER_LOG_LEVEL")) && *v && xlog_parse_level(v, &a->log_level))
+		xwarn("ignoring XFER_LOG_LEVEL=%s: error, warn, info, debug or a number", v);
 	env_u32("XFER_HEARTBEAT_MS", &a->heartbeat_ms);
 	env_u32("XFER_HEARTBEAT_MISSES", &a->heartbeat_misses);
 	a->timeout_ms = timeout;
-	a->log_level = (int)level;
 }

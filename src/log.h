@@ -3,12 +3,17 @@
 
 #include <stdatomic.h>
 
-enum { XFER_LOG_ERROR, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };
+#include "xfer.h" /* enum xfer_log_level, xfer_log_fn */
 
 /* Process-wide; engines set it at creation while other engines' workers log. */
 extern _Atomic int xlog_level;
 
+/* One line to the handler set with xfer_log_set_handler, or to stderr. */
 void xlog_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* XFER_LOG_LEVEL's syntax: a name (error, warn, warning, info, debug; any
+ * case) or a number (strtol base 0). 0 and the level in *out, or -EINVAL. */
+int xlog_parse_level(const char *v, int *out);
 
 #define xlog(level, ...)                                                                    \
 	do {                                                                                \

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "bench_opts.h"
+#include "xfer.h"
 
 static const uint64_t default_sizes[] = {1u << 10, 4u << 10, 16u << 10, 64u << 10, 256u << 10,
 					 1u << 20, 4u << 20, 16u << 20, 64u << 20};
@@ -41,7 +42,9 @@ void opts_usage(FILE *f)
 		"  --no-trace              do not collect the host-proxy overhead trace\n"
 		"  --verbose               print every round on stderr\n"
 		"  --json                  one JSON object per row on stdout (table on stderr)\n"
-		"  --plot FILE.png         Gbit/s against size (needs python3 + matplotlib)\n");
+		"  --plot FILE.png         Gbit/s against size (needs python3 + matplotlib)\n"
+		"  --version               print the library version and exit\n"
+		"  --help                  print this and exit\n");
 }
 
 static int parse_size(const char *s, uint64_t *out)
@@ -126,6 +129,9 @@ int opts_parse(int argc, char **argv, struct bench_opts *o)
 		int bad = 0, used = 1;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			opts_usage(stdout);
+			return 1;
+		} else if (!strcmp(a, "--version")) {
+			printf("xfer-bench (xfer) %s\n", xfer_version());
 			return 1;
 		} else if (!strcmp(a, "--verify")) {
 			o->verify = true, used = 0;

@@ -413,9 +413,15 @@ void report_plot(struct report *r, const char *png)
 	if (pid > 0)
 		waitpid(pid, &status, 0);
 	unlink(json);
-	if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
-		fprintf(r->tab, "plot: skipped (python3 or matplotlib unavailable, exit %d)\n",
-			WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	/* Installs nothing: a missing piece is named with its install command. */
+	if (pid < 0 || !WIFEXITED(status))
+		fprintf(r->tab, "plot: skipped: plot_bench.py did not run to its end\n");
+	else if (WEXITSTATUS(status) == 127)
+		fprintf(r->tab, "plot: skipped: no python3 (Debian: apt-get install python3 python3-matplotlib)\n");
+	else if (WEXITSTATUS(status) == 3)
+		fprintf(r->tab, "plot: skipped: no matplotlib (Debian: apt-get install python3-matplotlib)\n");
+	else if (WEXITSTATUS(status))
+		fprintf(r->tab, "plot: skipped: plot_bench.py exited %d\n", WEXITSTATUS(status));
 	else
 		fprintf(r->tab, "plot: %s\n", png);
 }

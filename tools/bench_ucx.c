@@ -237,7 +237,7 @@ int ucx_run(struct ctl *ctl, const char *host, const char *provider, const char 
 		return -ENOTSUP;
 	}
 	if (!ucx_available()) {
-		snprintf(out->note, sizeof(out->note), "%s not installed", PERFTEST);
+		snprintf(out->note, sizeof(out->note), "%s not installed (apt-get install ucx-utils)", PERFTEST);
 		return -ENOENT;
 	}
 	int k = strcmp(tls, "tcp") ? 1 : 0;

@@ -26,6 +26,8 @@ PROVIDERS = [p for p in os.environ.get("XFER_TEST_PROVIDERS", "shm,tcp").split("
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "pair: runs against a second process, once per provider")
     config.addinivalue_line("markers", "local: runs inside the test process only")
+    config.addinivalue_line("markers", "rl: the RL weight-update demo (trainer and inference processes)")
+    config.addinivalue_line("markers", "gpu: needs CUDA (skipped without it)")
 
 
 def pytest_report_header(config: Any) -> str:

@@ -16,11 +16,14 @@ The receiving side arms ``eng.expect_imm(7, 1)`` and waits on it (or on a
 (``Engine.address``) and descriptors (``Region.descriptor``) are plain bytes
 the application moves itself — never pickled objects.
 
-Library lookup: ``$XFER_LIBRARY``, a copy bundled in ``xfer/lib/``, the
-repository's ``build/libxfer.so`` (development), then
-``ctypes.util.find_library("xfer")``.
+Library lookup: ``$XFER_LIBRARY``, the copy bundled in ``xfer/lib/`` (the
+wheel), the repository's ``build/libxfer.so`` (development), then
+``ctypes.util.find_library("xfer")``. The library's log lines go to the
+``logging`` logger ``"xfer"`` (:func:`route_logs`).
 """
 from . import _lib
+from ._log import logs_routed, route_logs
+from ._version import __version__
 from ._buffers import Device
 from ._engine import (
     OP_KINDS,
@@ -70,10 +73,10 @@ from ._errors import (
     error_for,
 )
 
-__version__ = "0.1.0"
-
 #: Path of the libxfer shared object in use.
 LIBRARY_PATH: str = _lib.LIBRARY_PATH
+#: Its xfer_version(); import fails unless it equals ``__version__``.
+LIBRARY_VERSION: str = _lib.LIBRARY_VERSION
 
 #: Write flags (``flags=``): ``F_SHARD`` splits one write over the NICs
 #: (``Peer.shards`` slices, each delivering the immediate), ``F_NIC(n)`` pins
@@ -156,5 +159,8 @@ __all__ = [
     "OP_BARRIER",
     "OP_KINDS",
     "LIBRARY_PATH",
+    "LIBRARY_VERSION",
+    "route_logs",
+    "logs_routed",
     "__version__",
 ]

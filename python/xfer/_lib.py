@@ -288,27 +288,22 @@ class LibraryNotFound(ImportError):
 
 
 def _candidates() -> List[Tuple[str, str]]:
-    """(how it was found, path or name), in lookup order."""
+    """(how it was found, path or name), in lookup order.
+
+    The wheel carries its own copy (xfer/lib/libxfer.so.0, put there by
+    `pip install .`); a source checkout uses the repository's build/.
+    """
     out: List[Tuple[str, str]] = []
     env = os.environ.get("XFER_LIBRARY")
     if env:
         out.append(("$XFER_LIBRARY", env))
         return out  # an explicit choice is never second-guessed
     here = Path(__file__).resolve().parent
-    bundled = sorted((here / "lib").glob("libxfer.so*"))
-    for p in bundled:
+    for p in sorted((here / "lib").glob("libxfer.so*")):
         out.append(("bundled copy", str(p)))
     # Development: python/xfer/_lib.py -> <repo>/build/libxfer.so
-    repo = here.parent.parent
-    out.append(("repository build", str(repo / "build" / "libxfer.so")))
-    try:  # written by setup.py when installed from a source checkout
-        from ._build_info import SOURCE_ROOT  # type: ignore[import-not-found]
-
-        if SOURCE_ROOT and Path(SOURCE_ROOT).resolve() != repo:
-            out.append(("source checkout", str(Path(SOURCE_ROOT) / "build" / "libxfer.so")))
-    except ImportError:
-        pass
-    found = ctypes.util.find_library("xfer")
+    out.append(("repository build", str(here.parent.parent / "build" / "libxfer.so")))
+    found = ctypes.util.find_library("xfer")  # an installed libxfer.so.0 (make install)
     if found:
         out.append(("ctypes.util.find_library", found))
     return out
@@ -335,7 +330,9 @@ def _load() -> Tuple[ctypes.CDLL, ctypes.PyDLL, str]:
     raise LibraryNotFound(
         "cannot load libxfer.so. Looked, in order, at:\n"
         + "\n".join(tried)
-        + "\nBuild it with `make` in the repository, or point XFER_LIBRARY at libxfer.so."
+        + "\nInstall the package with its library (`pip install .` in the repository), build it"
+        " with `make`, or point XFER_LIBRARY at libxfer.so. libxfer needs libfabric and hwloc"
+        " (Debian: apt-get install libfabric1 libhwloc15)."
     )
 
 
@@ -422,6 +419,23 @@ xfer_expect_imm = _proto(plib, "xfer_expect_imm", c_int, P, c_uint32, c_uint32, 
 xfer_cancel = _proto(plib, "xfer_cancel", c_int, P, c_uint64, P, required=False)
 xfer_scatter_submit = _proto(plib, "xfer_scatter", c_int, P, P, P, P, required=False)
 xfer_barrier = _proto(plib, "xfer_barrier", c_int, P, P, c_uint32, P, required=False)
+
+# Version and logging (xfer/_log.py routes the log lines into `logging`).
+xfer_version = _proto(clib, "xfer_version", c_char_p)
+xfer_log_fn = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
+# Through clib: the setter waits until no thread is inside the old handler,
+# and a worker inside a Python handler needs the GIL to get out.
+xfer_log_set_handler = _proto(clib, "xfer_log_set_handler", None, c_void_p, c_void_p)
+LIBRARY_VERSION: str = xfer_version().decode()
+
+from ._version import __version__ as _binding_version  # noqa: E402
+
+if LIBRARY_VERSION != _binding_version:
+    raise LibraryNotFound(
+        f"{LIBRARY_PATH} is libxfer {LIBRARY_VERSION}, this binding is {_binding_version}: the"
+        " structures mirrored here are those of one version. Use the library the package was"
+        " built with (unset XFER_LIBRARY, or rebuild)."
+    )
 
 
 # ------------------------------------------------ peer-down without the GIL

@@ -9,7 +9,7 @@ target_sources(xfer_obj PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/kv_pf_ctl.c ${CMAKE_CURRENT_LIST_DIR}/kv_pf_jobs.c
   ${CMAKE_CURRENT_LIST_DIR}/kv_pf_req.c ${CMAKE_CURRENT_LIST_DIR}/kv_pf_submit.c)
 
-install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/xfer_kv.h DESTINATION include)
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/xfer_kv.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # Demo and benchmark (examples/pd_*.c): two processes, prefill and decode.
 # The model stand-in is compiled for speed: it is the "compute" being timed.

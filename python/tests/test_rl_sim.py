@@ -1,0 +1,52 @@
+"""The RL update simulator on small schedules: its inputs, its bounds and
+its monotony (the full-scale table is docs/rl.md's, made by the CLI)."""
+from __future__ import annotations
+
+import json
+
+from xfer.rl import models, plan, sim
+
+
+def _schedule(trainers=8, node=4, instances=2, tp=2, mode="xfer"):
+    sh = models.trainer_shards(models.SMALL, trainers, node)
+    tg, sizes = models.inference_targets(models.SMALL, instances, tp)
+    return plan.build(sh, tg, region_bytes=sizes, mode=mode)
+
+
+def test_network_bound_and_breakdown():
+    s = _schedule()
+    inp = sim.Inputs(nic_gbps=1.0)  # a slow NIC: the inference ingress bounds the update
+    r = sim.simulate(s, inp, node=4)
+    ingress = max(s.summary()["ingress"])
+    assert r["seconds"] >= ingress / inp.nic_Bps
+    b = r["breakdown"]
+    assert all(v >= 0 for v in b.values())
+    assert abs(sum(b.values()) - r["seconds"]) < 1e-9  # the critical rank's stages and waits add up
+
+
+def test_faster_links_never_slow_it_down():
+    s = _schedule()
+    times = [sim.simulate(s, sim.Inputs(nic_gbps=g), node=4)["seconds"] for g in (1, 10, 100, 400)]
+    assert times == sorted(times, reverse=True)
+    slow_q = sim.simulate(s, sim.Inputs(quant_GBps=0.01), node=4)["breakdown"]["quantize"]
+    assert slow_q > sim.simulate(s, sim.Inputs(), node=4)["breakdown"]["quantize"]
+
+
+def test_point_to_point_beats_the_funnel():
+    s = _schedule(trainers=8, node=4, instances=4, tp=2)
+    inp = sim.Inputs(nic_gbps=10)
+    b = sim.baselines(s, inp, node=4)
+    assert sim.simulate(s, inp, node=4)["seconds"] < b["ring_s"] <= b["rank0_s"] * 1.0001
+
+
+def test_measured_inputs_replace_assumed_ones(tmp_path):
+    (tmp_path / "engine-costs.json").write_text(json.dumps({"submit_us_p50": 2.5, "barrier_us_p50": 80.0, "provider": "shm"}))
+    (tmp_path / "h200-prep.json").write_text(json.dumps({"quant_GBps": 321.0, "device": "NVIDIA H200"}))
+    inp = sim.Inputs().load(str(tmp_path))
+    assert (inp.submit_us, inp.barrier_us, inp.quant_GBps) == (2.5, 80.0, 321.0)
+    assert inp.source["quant_GBps"].startswith("measured") and inp.source["fuse_GBps"] == "assumed"
+
+
+def test_instance_rule():
+    assert sim.Scenario("Kimi-K2", 256, 128).instance(models.KIMI_K2) == 16
+    assert sim.Scenario("Qwen3-235B-A22B", 128, 32).instance(models.QWEN3_235B) == 4
