@@ -71,7 +71,8 @@ static void *control_main(void *arg)
 	struct kv_core *c = arg;
 	uint64_t next = 0;
 	for (;;) {
-		xi_kv_inbox_wait(&c->in, next);
+		/* downs_seen: written by this thread only, read without the lock. */
+		xi_kv_inbox_wait(&c->in, next, c->downs_seen);
 		bool stop = xi_kv_inbox_stopping(&c->in);
 		xi_kv_inbox_take_kick(&c->in);
 		/* Read first: the completions the worker delivered before a peer's
@@ -79,9 +80,10 @@ static void *control_main(void *arg)
 		uint32_t downs = xi_kv_inbox_peer_downs(&c->in);
 		pthread_mutex_lock(&c->mu);
 		drain(c);
-		if (downs != c->downs_seen && !c->stopping) {
+		if (downs != c->downs_seen) {
 			c->downs_seen = downs;
-			xi_kv_peers_check_down(c);
+			if (!c->stopping)
+				xi_kv_peers_check_down(c);
 		}
 		uint64_t now = xi_kv_now_ns();
 		next = c->stopping ? now + IDLE_TICK_NS : c->on_tick(c->owner, now);

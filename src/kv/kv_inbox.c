@@ -168,9 +168,8 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void xi_kv_inbox_wait(struct kv_inbox *in, uint64_t until_ns)
+void xi_kv_inbox_wait(struct kv_inbox *in, uint64_t until_ns, uint32_t downs)
 {
-	uint32_t downs = atomic_load_explicit(&in->peers_down, memory_order_relaxed);
 	uint64_t now = now_ns();
 	if (now >= until_ns || pending(in, downs))
 		return;

@@ -96,9 +96,10 @@ void xi_kv_inbox_peer_down(struct kv_inbox *in);
 void xi_kv_inbox_kick(struct kv_inbox *in);
 void xi_kv_inbox_stop(struct kv_inbox *in);
 
-/* Control thread. Sleeps until something is pending or `until_ns`
- * (CLOCK_MONOTONIC) passes. */
-void xi_kv_inbox_wait(struct kv_inbox *in, uint64_t until_ns);
+/* Control thread. Sleeps until something is pending (an entry, a kick, a
+ * stop, or more peer failures than the `downs_seen` it handled) or until
+ * `until_ns` (CLOCK_MONOTONIC) passes. */
+void xi_kv_inbox_wait(struct kv_inbox *in, uint64_t until_ns, uint32_t downs_seen);
 /* Clears the kick; true if there was one. */
 bool xi_kv_inbox_take_kick(struct kv_inbox *in);
 bool xi_kv_inbox_stopping(struct kv_inbox *in);
