@@ -54,6 +54,7 @@ assert [f[0] for f in _lib.xfer_completion._fields_] == [
 ]
 OFF_PW = W.size
 OFF_C = W.size + PW.size
+_pack_c = C.pack_into
 
 
 class _Scratch(threading.local):
@@ -81,7 +82,7 @@ def pack_completion(core: "_Core", op: str, timeout_ms: int, tag: int, signal: O
         sa, sv, sk = signal_args(signal, op)
     ud = next(core.ids)
     try:
-        C.pack_into(core.scratch.buf, OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
+        _pack_c(core.scratch.buf, OFF_C, ud, 0, 0, timeout_ms, tag, sa, sv)
     except struct.error:
         raise_range(op, timeout_ms=(timeout_ms, U64_MAX), tag=(tag, U64_MAX))
     return ud, sk

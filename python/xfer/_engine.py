@@ -35,7 +35,7 @@ from ._core import (
     raise_range,
     shutdown,
 )
-from ._errors import Error, InvalidArgument, check, check_int, error_for, wrong_type
+from ._errors import Error, InvalidArgument, check, check_int, error_for, out_of_range, wrong_type
 from ._peer import Group, Peer, ScatterEntry
 from ._recv import Message, receiver_main, recv, recv_raw
 from ._region import Region, RemoteRegion, check_device
@@ -45,6 +45,8 @@ BytesLike = Union[bytes, bytearray, memoryview]
 
 _EINVAL = -_errno.EINVAL
 _F_IMM = _lib.XFER_F_IMM
+_OP_SEND, _OP_WRITE, _OP_PAGED, _OP_IMM, _OP_EXPECT = (
+    _lib.XFER_OP_SEND, _lib.XFER_OP_WRITE, _lib.XFER_OP_PAGED, _lib.XFER_OP_IMM, _lib.XFER_OP_EXPECT)
 _pack_w = W.pack_into
 _pack_pw = PW.pack_into
 _pack_c = C.pack_into
@@ -59,6 +61,33 @@ _xfer_cancel = _lib.xfer_cancel
 _xfer_scatter = _lib.xfer_scatter_submit
 _xfer_barrier = _lib.xfer_barrier
 
+
+def _submit(core: _Core, op: Any, callback: Optional[CompletionCallback]) -> Any:
+    """The first half of the tail every submission shares: registers ``op``
+    (and its callback) before the C call, since the worker may deliver the
+    completion before the call returns. The C call itself stays in the
+    caller: passing it through here as fn(*args) measured 10% slower per
+    submit (python/bench, docs/python.md)."""
+    if callback is not None:
+        if op._cbs is None:
+            op._cbs = [callback]
+        else:
+            op._cbs.append(callback)
+    core.pending[op.user_data] = op
+    return op
+
+
+def _refused(core: _Core, op: Any, rc: int, name: str, why: Optional[Callable[[str, Any], Error]]) -> Error:
+    """The second half, when the library refused the submission (it will
+    never complete): forgets ``op`` and returns the error to raise —
+    :class:`xfer.Shutdown` on a stopped engine, whatever the library checked
+    first; ``why(name, op's keepalive)`` explains a bare -EINVAL when given."""
+    core.pending.pop(op.user_data, None)
+    if core.stopped:
+        return shutdown(name)
+    if rc == _EINVAL and why is not None:
+        return why(name, op._keep)
+    return error_for(rc, name)
 
 class Stats(NamedTuple):
     """Counters of ``struct xfer_stats``."""
@@ -397,32 +426,6 @@ class Engine:
         return len(self._core.pending)
 
     # -- operations
-    def _submit(self, op: Completion, callback: Optional[CompletionCallback], name: str,
-                why: Optional[Callable[[str, Any], Error]], fn: Any, *args: Any) -> Any:
-        """The tail every submission shares: registers ``op`` before the C call
-        (the worker may deliver its completion before the call returns), calls
-        ``fn(engine, *args)``, and on failure forgets ``op`` and raises the
-        error — :class:`xfer.Shutdown` on a stopped engine, whatever the
-        library checked first; ``why(name, op's keepalive)`` explains a bare
-        -EINVAL when given."""
-        core = self._core
-        if callback is not None:
-            if op._cbs is None:
-                op._cbs = [callback]
-            else:
-                op._cbs.append(callback)
-        ud = op.user_data
-        core.pending[ud] = op
-        rc = fn(core.h, *args)
-        if rc:
-            core.pending.pop(ud, None)
-            if core.stopped:
-                raise shutdown(name)
-            if rc == _EINVAL and why is not None:
-                raise why(name, op._keep)
-            raise error_for(rc, name)
-        return op
-
     def write(
         self,
         src: Optional[Region],
@@ -463,8 +466,8 @@ class Engine:
         sk = None
         if signal is not None:
             sa, sv, sk = signal_args(signal, "xfer_write")
-        if imm is not None:
-            check_int(imm, "imm", 0, U32_MAX, "xfer_write")
+        if imm is not None and (type(imm) is not int or not 0 <= imm <= 0xFFFFFFFF):
+            raise out_of_range("imm", imm, 0, U32_MAX, "xfer_write")
         ud = next(core.ids)
         sc = core.scratch
         buf = sc.buf
@@ -477,8 +480,11 @@ class Engine:
             raise_range("xfer_write", nbytes=(nbytes, U64_MAX), src_offset=(src_offset, U64_MAX),
                         dst_offset=(dst_offset, U64_MAX), flags=(flags, U32_MAX),
                         timeout_ms=(timeout_ms, U64_MAX), tag=(tag, U64_MAX))
-        return self._submit(Completion(core, ud, _lib.XFER_OP_WRITE, (src, dst, sk)), callback, "xfer_write",
-                            _why_write, _xfer_write, sc.aw, sc.ac)
+        op = _submit(core, Completion(core, ud, _OP_WRITE, (src, dst, sk)), callback)
+        rc = _xfer_write(core.h, sc.aw, sc.ac)
+        if rc:
+            raise _refused(core, op, rc, "xfer_write", _why_write)
+        return op
 
     def write_paged(
         self,
@@ -525,8 +531,8 @@ class Engine:
         sig = None
         if signal is not None:
             sa, sv, sig = signal_args(signal, "xfer_write_paged")
-        if imm is not None:
-            check_int(imm, "imm", 0, U32_MAX, "xfer_write_paged")
+        if imm is not None and (type(imm) is not int or not 0 <= imm <= 0xFFFFFFFF):
+            raise out_of_range("imm", imm, 0, U32_MAX, "xfer_write_paged")
         ud = next(core.ids)
         sc = core.scratch
         buf = sc.buf
@@ -544,8 +550,11 @@ class Engine:
                         dst_stride=(page_len if dst_stride is None else dst_stride, U64_MAX),
                         src_base=(src_base, U64_MAX), dst_base=(dst_base, U64_MAX), flags=(flags, U32_MAX),
                         timeout_ms=(timeout_ms, U64_MAX), tag=(tag, U64_MAX))
-        return self._submit(Completion(core, ud, _lib.XFER_OP_PAGED, (src, dst, sk, dk, sig)), callback,
-                            "xfer_write_paged", _why_write, _xfer_write_paged, sc.apw, sc.ac)
+        op = _submit(core, Completion(core, ud, _OP_PAGED, (src, dst, sk, dk, sig)), callback)
+        rc = _xfer_write_paged(core.h, sc.apw, sc.ac)
+        if rc:
+            raise _refused(core, op, rc, "xfer_write_paged", _why_write)
+        return op
 
     def write_imm(
         self,
@@ -562,10 +571,14 @@ class Engine:
         core = self._core
         if type(peer) is not Peer or peer._core is not core:
             raise _not_our_peer(core, peer, "xfer_write_imm")
-        check_int(imm, "imm", 0, U32_MAX, "xfer_write_imm")
+        if type(imm) is not int or not 0 <= imm <= 0xFFFFFFFF:
+            raise out_of_range("imm", imm, 0, U32_MAX, "xfer_write_imm")
         ud, sk = pack_completion(core, "xfer_write_imm", timeout_ms, tag, signal)
-        return self._submit(Completion(core, ud, _lib.XFER_OP_IMM, sk), callback, "xfer_write_imm", None,
-                            _xfer_write_imm, peer.index, imm, core.scratch.ac)
+        op = _submit(core, Completion(core, ud, _OP_IMM, sk), callback)
+        rc = _xfer_write_imm(core.h, peer.index, imm, core.scratch.ac)
+        if rc:
+            raise _refused(core, op, rc, "xfer_write_imm", None)
+        return op
 
     def scatter(
         self,
@@ -654,7 +667,11 @@ class Engine:
         keep = (src, group, dsts, table, anchor, st, sig, ents)
         op = ScatterCompletion(core, ud, keep, st)
         op._cbs = [functools.partial(_linger, group, keep)]
-        return self._submit(op, callback, op_name, _why_scatter, _xfer_scatter, g_h, a_args, a_args + SC.size)
+        op = _submit(core, op, callback)
+        rc = _xfer_scatter(core.h, g_h, a_args, a_args + SC.size)
+        if rc:
+            raise _refused(core, op, rc, op_name, _why_scatter)
+        return op
 
     def barrier(
         self,
@@ -680,8 +697,11 @@ class Engine:
             raise shutdown(op_name) if core.stopped else InvalidArgument(_errno.EINVAL, "the group is closed", op_name)
         check_int(imm, "imm", 0, U32_MAX, op_name)
         ud, sk = pack_completion(core, op_name, timeout_ms, tag, signal)
-        return self._submit(Completion(core, ud, _lib.XFER_OP_BARRIER, (group, sk)), callback, op_name, None,
-                            _xfer_barrier, g_h, imm, core.scratch.ac)
+        op = _submit(core, Completion(core, ud, _lib.XFER_OP_BARRIER, (group, sk)), callback)
+        rc = _xfer_barrier(core.h, g_h, imm, core.scratch.ac)
+        if rc:
+            raise _refused(core, op, rc, op_name, None)
+        return op
 
     def send(
         self,
@@ -700,8 +720,11 @@ class Engine:
             raise _not_our_peer(core, peer, "xfer_send")
         ptr, n, keep = buffer_ptr(data)
         ud, sk = pack_completion(core, "xfer_send", timeout_ms, tag, signal)
-        return self._submit(Completion(core, ud, _lib.XFER_OP_SEND, (keep, sk)), callback, "xfer_send", None,
-                            _xfer_send, peer.index, ptr, n, core.scratch.ac)
+        op = _submit(core, Completion(core, ud, _OP_SEND, (keep, sk)), callback)
+        rc = _xfer_send(core.h, peer.index, ptr, n, core.scratch.ac)
+        if rc:
+            raise _refused(core, op, rc, "xfer_send", None)
+        return op
 
     def expect_imm(
         self,
@@ -723,11 +746,16 @@ class Engine:
         once a layer's pages have all arrived. An expectation refused at once
         (``Busy``, ``NoSpace``) completes without the store."""
         core = self._core
-        check_int(imm, "imm", 0, U32_MAX, "xfer_expect_imm")
-        check_int(count, "count", 1, U32_MAX, "xfer_expect_imm")
+        if type(imm) is not int or not 0 <= imm <= 0xFFFFFFFF:
+            raise out_of_range("imm", imm, 0, U32_MAX, "xfer_expect_imm")
+        if type(count) is not int or not 0 < count <= 0xFFFFFFFF:
+            raise out_of_range("count", count, 1, U32_MAX, "xfer_expect_imm")
         ud, sk = pack_completion(core, "xfer_expect_imm", timeout_ms, 0, signal)
-        return self._submit(Completion(core, ud, _lib.XFER_OP_EXPECT, sk), callback, "xfer_expect_imm", None,
-                            _xfer_expect_imm, imm, count, core.scratch.ac)
+        op = _submit(core, Completion(core, ud, _OP_EXPECT, sk), callback)
+        rc = _xfer_expect_imm(core.h, imm, count, core.scratch.ac)
+        if rc:
+            raise _refused(core, op, rc, "xfer_expect_imm", None)
+        return op
 
     def imm_disarm(self, imm: int) -> int:
         """Drops the expectation on ``imm`` (it completes with :class:`xfer.Cancelled`)
@@ -756,8 +784,11 @@ class Engine:
             raise InvalidArgument(_errno.EINVAL, "tag 0 means no tag", "xfer_cancel")
         check_int(tag, "tag", 1, U64_MAX, "xfer_cancel")
         ud, sk = pack_completion(core, "xfer_cancel", timeout_ms, 0, signal)
-        return self._submit(Completion(core, ud, _lib.XFER_OP_CANCEL, sk), callback, "xfer_cancel", None,
-                            _xfer_cancel, tag, core.scratch.ac)
+        op = _submit(core, Completion(core, ud, _lib.XFER_OP_CANCEL, sk), callback)
+        rc = _xfer_cancel(core.h, tag, core.scratch.ac)
+        if rc:
+            raise _refused(core, op, rc, "xfer_cancel", None)
+        return op
 
     # -- completions
     def progress(self, timeout: float = 0) -> int:
