@@ -118,7 +118,8 @@ int xi_kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 	pthread_cond_init(&c->credit_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	/* Before the engine: its callbacks may run as soon as it exists. */
-	int ret = xi_kv_inbox_init(&c->in, credits_for(attr), attr->recv_count, attr->msg_max);
+	int ret = xi_kv_inbox_init(&c->in, credits_for(attr), attr->recv_count, attr->msg_max,
+				   attr->spin_us);
 	if (ret)
 		return ret;
 

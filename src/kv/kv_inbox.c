@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -13,7 +14,8 @@
 /* A ring entry that carries a message: src_id in user_data, its length in res. */
 #define KIND_MSG 0u /* no XFER_OP_* is 0 */
 
-int xi_kv_inbox_init(struct kv_inbox *in, uint32_t credits, uint32_t nslots, uint32_t slot_bytes)
+int xi_kv_inbox_init(struct kv_inbox *in, uint32_t credits, uint32_t nslots, uint32_t slot_bytes,
+		     uint32_t spin_us)
 {
 	memset(in, 0, sizeof(*in));
 	uint64_t need = (uint64_t)credits + nslots, size = 1;
@@ -32,6 +34,7 @@ int xi_kv_inbox_init(struct kv_inbox *in, uint32_t credits, uint32_t nslots, uin
 	in->nslots = nslots;
 	in->slot_bytes = slot_bytes;
 	in->credits = credits;
+	in->spin_ns = (uint64_t)spin_us * 1000;
 	return 0;
 }
 
@@ -172,6 +175,15 @@ void xi_kv_inbox_wait(struct kv_inbox *in, uint64_t until_ns, uint32_t downs)
 {
 	uint64_t now = now_ns();
 	if (now >= until_ns || pending(in, downs))
+		return;
+	/* Under a steady stream the worker would otherwise wake us for nearly
+	 * every completion; on few cores, give the CPU away while polling. */
+	for (uint64_t spin_until = now + in->spin_ns; now < spin_until && now < until_ns; now = now_ns()) {
+		sched_yield();
+		if (pending(in, downs))
+			return;
+	}
+	if (now >= until_ns)
 		return;
 	uint32_t seq = atomic_load_explicit(&in->wake_seq, memory_order_relaxed);
 	atomic_store_explicit(&in->sleeping, 1, memory_order_relaxed);

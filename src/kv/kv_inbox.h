@@ -66,13 +66,16 @@ struct kv_inbox {
 	uint8_t *slots;
 	uint32_t nslots;
 	uint32_t slot_bytes;
+	uint64_t spin_ns; /* the control thread polls this long before it sleeps */
 	/* Credits: taken and given back with the owner's lock held. */
 	uint32_t credits, credits_used;
 };
 
 /* Room for `credits` submissions in flight and `nslots` messages of up to
- * slot_bytes each. -ENOMEM. */
-int xi_kv_inbox_init(struct kv_inbox *in, uint32_t credits, uint32_t nslots, uint32_t slot_bytes);
+ * slot_bytes each; the control thread polls spin_us before it sleeps (the
+ * engine's own spin_us: a wake is a system call on both sides). -ENOMEM. */
+int xi_kv_inbox_init(struct kv_inbox *in, uint32_t credits, uint32_t nslots, uint32_t slot_bytes,
+		     uint32_t spin_us);
 void xi_kv_inbox_free(struct kv_inbox *in);
 
 /* The completion target of a submission, taking one credit; false when
