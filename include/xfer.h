@@ -72,6 +72,11 @@ typedef void (*xfer_recv_fn)(void *ctx, uint64_t src_id, const void *data, size_
 /* Peer-failure handler: runs on the worker thread once per failed peer, after
  * every pending operation to it has completed with -XFER_EPEER. */
 typedef void (*xfer_peer_down_fn)(void *ctx, uint32_t peer, uint64_t engine_id, int reason);
+/* An xfer_peer_down_fn that only writes 8 bytes (a uint64_t 1) to the file
+ * descriptor ctx, given as (void *)(intptr_t)fd: an eventfd, or the write end
+ * of a pipe opened O_NONBLOCK. For bindings that must not run code on the
+ * worker; their own thread reads the descriptor and asks xfer_peer_state. */
+void xfer_peer_down_notify_fd(void *ctx, uint32_t peer, uint64_t engine_id, int reason);
 
 struct xfer_attr {
 	const char *provider;  /* "auto", "tcp", "shm", "verbs", "efa" or a full name */

@@ -147,12 +147,12 @@ def python_side(args: argparse.Namespace, progress_thread: bool) -> Dict[str, An
             # ctypes alone: the raw call with prebuilt structs, no binding logic.
             from xfer import _lib
 
-            from xfer import _engine
+            from xfer import _core
 
             core = eng._core
             sc = core.scratch
-            _engine._pack_w(sc.buf, 0, src._h, 0, dst._h, 0, 64, 0, 0)
-            _engine._pack_c(sc.buf, _engine._OFF_C, 0, 0, 0, 0, 0, 0, 0)
+            _core.W.pack_into(sc.buf, 0, src._h, 0, dst._h, 0, 64, 0, 0)
+            _core.C.pack_into(sc.buf, _core.OFF_C, 0, 0, 0, 0, 0, 0, 0)
             fn, h, aw, ac = _lib.xfer_write, core.h, sc.aw, sc.ac
 
             def raw() -> int:

@@ -660,7 +660,7 @@ def test_revoked_region_refuses_remote_writes() -> None:
 def test_peer_down_without_a_progress_thread() -> None:
     """on_peer_down is called from progress() when there is no reaper thread,
     once, after the operations to the dead peer have completed; the C worker
-    only posts a semaphore (it never calls into Python)."""
+    only runs libxfer's xfer_peer_down_notify_fd (it never calls into Python)."""
     import ctypes
 
     downs = []
@@ -668,8 +668,8 @@ def test_peer_down_without_a_progress_thread() -> None:
         LOCAL_PROVIDER, heartbeat_ms=100, heartbeat_misses=10, progress_thread=False,
         on_peer_down=lambda p, err: downs.append((p, err, threading.current_thread())),
     )
-    libc_sem_post = ctypes.cast(ctypes.CDLL(None).sem_post, ctypes.c_void_p).value
-    assert a._core.down_signal is not None and a._core.down_signal.callback == libc_sem_post
+    notify = ctypes.cast(ctypes.CDLL(xfer.LIBRARY_PATH).xfer_peer_down_notify_fd, ctypes.c_void_p).value
+    assert a._core.down_signal is not None and a._core.down_signal.callback == notify
     b = make_engine(LOCAL_PROVIDER)
     try:
         peer = a.add_peer(b.address)

@@ -25,29 +25,18 @@ from . import _lib
 from ._log import logs_routed, route_logs
 from ._version import __version__
 from ._buffers import Device
-from ._engine import (
-    OP_KINDS,
-    Completion,
-    Engine,
-    Group,
-    Message,
-    NicInfo,
-    Peer,
-    Region,
-    RemoteRegion,
-    ScatterCompletion,
-    ScatterEntry,
-    Stats,
-    Trace,
-    cuda_available,
-    wait,
-)
+from ._completion import OP_KINDS, Completion, ScatterCompletion, wait
+from ._engine import Engine, NicInfo, Stats, Trace
+from ._peer import Group, Peer, ScatterEntry
+from ._recv import Message
+from ._region import Region, RemoteRegion, cuda_available
 from ._signal import Signal
 from ._topology import CPU_AUTO, TopologyDevice, nics_for_gpu, topology
 from ._watcher import Watcher
 from . import moe  # expert-parallel dispatch/combine (xfer.moe.MoE)
 from ._errors import (
     Again,
+    ArgumentTypeError,
     BadWire,
     Busy,
     Cancelled,
@@ -130,6 +119,7 @@ __all__ = [
     "PeerError",
     "PeerConnectionError",
     "InvalidArgument",
+    "ArgumentTypeError",
     "WouldBlock",
     "Again",
     "BadWire",

@@ -18,9 +18,10 @@ of ints, converted once.
 from __future__ import annotations
 
 import array
+import errno as _errno
 import ctypes
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Tuple
 
 from ._errors import InvalidArgument
 
@@ -67,7 +68,7 @@ class Device:
         if isinstance(spec, str):
             name, _, idx = spec.partition(":")
             return cls(name, int(idx) if idx else 0)
-        raise InvalidArgument(22, f"not a device: {spec!r}")
+        raise InvalidArgument(_errno.EINVAL, f"not a device: {spec!r}")
 
 
 DeviceLike = Any
@@ -85,7 +86,7 @@ class Memory(NamedTuple):
 
 def _torch_memory(t: Any) -> Memory:
     if not t.is_contiguous():
-        raise InvalidArgument(22, "tensor is not contiguous; call .contiguous() first")
+        raise InvalidArgument(_errno.EINVAL, "tensor is not contiguous; call .contiguous() first")
     dev = t.device
     nbytes = t.numel() * t.element_size()
     if dev.type == "cpu":
@@ -99,9 +100,9 @@ def _cai_memory(obj: Any) -> Memory:
     cai = obj.__cuda_array_interface__
     ptr = int(cai["data"][0])
     if cai["data"][1]:
-        raise InvalidArgument(22, "device array is read-only")
+        raise InvalidArgument(_errno.EINVAL, "device array is read-only")
     if cai.get("strides") is not None:
-        raise InvalidArgument(22, "device array is not C-contiguous")
+        raise InvalidArgument(_errno.EINVAL, "device array is not C-contiguous")
     n = 1
     for s in cai["shape"]:
         n *= int(s)
@@ -121,10 +122,10 @@ def _buffer_memory(obj: Any) -> Memory:
             22, f"{type(obj).__name__} is read-only; registered memory must be writable (peers write into it)"
         )
     if not mv.c_contiguous:
-        raise InvalidArgument(22, f"{type(obj).__name__} is not C-contiguous")
+        raise InvalidArgument(_errno.EINVAL, f"{type(obj).__name__} is not C-contiguous")
     nbytes = mv.nbytes
     if nbytes == 0:
-        raise InvalidArgument(22, "cannot register an empty buffer")
+        raise InvalidArgument(_errno.EINVAL, "cannot register an empty buffer")
     # from_buffer takes a buffer export that lives as long as `anchor`: it
     # also stops a bytearray from being resized while registered.
     anchor = _c_char_from_buffer(mv)
@@ -176,7 +177,7 @@ def _dlpack_memory(obj: Any) -> Memory:
         expect = itemsize
         for i in reversed(range(t.ndim)):
             if shape[i] != 1 and t.strides[i] * itemsize != expect:
-                raise InvalidArgument(22, "DLPack tensor is not C-contiguous")
+                raise InvalidArgument(_errno.EINVAL, "DLPack tensor is not C-contiguous")
             expect *= shape[i]
     n = itemsize
     for s in shape:
@@ -192,10 +193,10 @@ def resolve(obj: Any, device: DeviceLike = None) -> Memory:
     """Address, length and device of ``obj`` (see the module docstring)."""
     if isinstance(obj, tuple):
         if len(obj) != 2 or not all(isinstance(x, int) for x in obj):
-            raise InvalidArgument(22, "raw memory is given as a (ptr, nbytes) tuple of ints")
+            raise InvalidArgument(_errno.EINVAL, "raw memory is given as a (ptr, nbytes) tuple of ints")
         ptr, nbytes = obj
         if ptr <= 0 or nbytes <= 0:
-            raise InvalidArgument(22, f"bad raw memory span (ptr={ptr:#x}, nbytes={nbytes})")
+            raise InvalidArgument(_errno.EINVAL, f"bad raw memory span (ptr={ptr:#x}, nbytes={nbytes})")
         return Memory(ptr, nbytes, Device.parse(device), None)
     if _is_torch(obj):
         m = _torch_memory(obj)
@@ -214,7 +215,7 @@ def resolve(obj: Any, device: DeviceLike = None) -> Memory:
                     "bytearray/memoryview, DLPack or CUDA-array-interface object, or (ptr, nbytes)",
                 ) from None
     if device is not None and Device.parse(device) != m.device:
-        raise InvalidArgument(22, f"memory is on {m.device}, not {Device.parse(device)}")
+        raise InvalidArgument(_errno.EINVAL, f"memory is on {m.device}, not {Device.parse(device)}")
     return m
 
 
@@ -226,7 +227,7 @@ _index_converters: Dict[type, _IndexFn] = {}
 
 def _np_index(a: Any) -> Tuple[int, int, Any]:
     if a.ndim != 1 or a.dtype.char not in "iI":
-        raise InvalidArgument(22, f"page indices must be a 1-D contiguous int32/uint32 array (got {a.dtype}, ndim {a.ndim})")
+        raise InvalidArgument(_errno.EINVAL, f"page indices must be a 1-D contiguous int32/uint32 array (got {a.dtype}, ndim {a.ndim})")
     try:
         # The fast way to the data pointer; it also refuses non-contiguous arrays.
         # The array itself is the keepalive (numpy will not resize a referenced array).
@@ -234,7 +235,7 @@ def _np_index(a: Any) -> Tuple[int, int, Any]:
     except (TypeError, ValueError, BufferError):
         pass
     if not a.flags.c_contiguous:
-        raise InvalidArgument(22, "page index array is not contiguous")
+        raise InvalidArgument(_errno.EINVAL, "page index array is not contiguous")
     n = a.shape[0]
     if n == 0:
         return 0, 0, a
@@ -245,11 +246,11 @@ def _torch_index(t: Any) -> Tuple[int, int, Any]:
     import torch
 
     if t.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)) or t.dim() != 1:
-        raise InvalidArgument(22, f"page indices must be a 1-D int32/uint32 tensor (got {t.dtype}, dim {t.dim()})")
+        raise InvalidArgument(_errno.EINVAL, f"page indices must be a 1-D int32/uint32 tensor (got {t.dtype}, dim {t.dim()})")
     if t.device.type != "cpu":
-        raise InvalidArgument(22, "page indices must be in host memory (the submit path reads them)")
+        raise InvalidArgument(_errno.EINVAL, "page indices must be in host memory (the submit path reads them)")
     if not t.is_contiguous():
-        raise InvalidArgument(22, "page index tensor is not contiguous")
+        raise InvalidArgument(_errno.EINVAL, "page index tensor is not contiguous")
     return t.data_ptr(), t.numel(), t
 
 
@@ -271,7 +272,7 @@ def _generic_index(a: Any) -> Tuple[int, int, Any]:
     try:
         arr = array.array("I", a)  # any other sequence of ints: one conversion
     except (TypeError, OverflowError) as ex:
-        raise InvalidArgument(22, f"page indices must be uint32 values: {ex}") from None
+        raise InvalidArgument(_errno.EINVAL, f"page indices must be uint32 values: {ex}") from None
     if len(arr) == 0:
         return 0, 0, arr
     return _addressof(_c_char_from_buffer(arr)), len(arr), arr
@@ -295,7 +296,7 @@ def buffer_ptr(data: Any) -> Tuple[int, int, Any]:
     if n == 0:
         return 0, 0, data
     if not mv.c_contiguous:
-        raise InvalidArgument(22, "message buffer is not C-contiguous")
+        raise InvalidArgument(_errno.EINVAL, "message buffer is not C-contiguous")
     if mv.readonly:
         b = mv.tobytes()
         return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0, n, b

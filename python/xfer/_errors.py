@@ -22,6 +22,7 @@ __all__ = [
     "PeerError",
     "PeerConnectionError",
     "InvalidArgument",
+    "ArgumentTypeError",
     "WouldBlock",
     "Again",
     "BadWire",
@@ -41,6 +42,9 @@ __all__ = [
     "NoSpace",
     "error_for",
     "check",
+    "check_int",
+    "wrong_type",
+    "out_of_range",
 ]
 
 
@@ -102,6 +106,12 @@ class PeerConnectionError(PeerError, builtins.ConnectionError):
 
 class InvalidArgument(Error, ValueError):
     """-EINVAL: a bad argument (range, flag, handle, dtype, ...)."""
+
+
+class ArgumentTypeError(InvalidArgument, TypeError):
+    """-EINVAL for an argument of the wrong type (a local Region where a
+    RemoteRegion belongs, a str for an int): an :class:`InvalidArgument`,
+    and also the builtin ``TypeError``."""
 
 
 class WouldBlock(Error):
@@ -232,3 +242,36 @@ def check(rc: int, op: str) -> int:
     if rc < 0:
         raise error_for(rc, op)
     return rc
+
+
+# ------------------------------------------------ checks before C sees them
+
+
+def wrong_type(what: str, want: str, got: object, op: Optional[str]) -> ArgumentTypeError:
+    """The error for an argument of the wrong type, naming both types."""
+    return ArgumentTypeError(_errno.EINVAL, f"{what} must be {want}, not {type(got).__name__}", op)
+
+
+def out_of_range(name: str, value: object, lo: int, hi: int, op: Optional[str]) -> Error:
+    """The error for an integer that does not fit its C field: a TypeError
+    when it is no int at all, else a ValueError naming the range."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return wrong_type(name, "an int", value, op)
+    return InvalidArgument(_errno.EINVAL, f"{name} must be in {_bound(lo)} .. {_bound(hi)}, not {value}", op)
+
+
+def _bound(v: int) -> str:
+    """2**64-1 rather than 18446744073709551615."""
+    for bits in (8, 16, 31, 32, 63, 64):
+        if v == (1 << bits) - 1:
+            return f"2**{bits}-1"
+        if v == -(1 << bits):
+            return f"-2**{bits}"
+    return str(v)
+
+
+def check_int(value: object, name: str, lo: int, hi: int, op: Optional[str]) -> int:
+    """``value`` when it is an int in [lo, hi], else the error that says why."""
+    if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
+        return value
+    raise out_of_range(name, value, lo, hi, op)

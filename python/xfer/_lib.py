@@ -1,14 +1,19 @@
-"""Loading libxfer and declaring its C API for ctypes.
+"""Loading libxfer and declaring its whole C API for ctypes: ``include/xfer.h``
+and ``include/xfer_kv.h``, every structure, constant and prototype, in one
+table that every module of the package (``kv.py`` included) uses.
 
-The structures below mirror ``include/xfer.h`` field for field; the test
-``test_abi.py`` compares their sizes and offsets with what a C compiler
-reports, so a change in the header that is not mirrored here fails loudly.
+The structures mirror the headers field for field; ``python/tests/test_misc.py``
+compiles a probe against both headers and compares every structure's size
+and field offsets, the constants and the prototypes, so a change in a header
+that is not mirrored here fails loudly. The binding ships with its library:
+a missing function is an error at import, never a silent ``None``.
 
 Two handles to the same shared object are kept:
 
 * ``clib`` (:class:`ctypes.CDLL`) releases the GIL around every call. It is
   used for everything that can block or wait for the worker thread
-  (registration, peer management, completion and receive waits).
+  (registration, peer management, completion and receive waits, the KV
+  module's calls).
 * ``plib`` (:class:`ctypes.PyDLL`) keeps the GIL. It is used only for the
   submission functions, which never block (they validate, push into a
   lock-free queue and return), so that a submit costs no GIL hand-off.
@@ -36,7 +41,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Tuple, Type
 
 # ------------------------------------------------------------------ constants
 
@@ -79,7 +84,22 @@ XFER_DEV_NIC = 1
 XFER_DEV_GPU = 2
 XFER_CPU_AUTO = -2  # worker_cpu: pin the worker near its first NIC (NUMA node)
 
-# ----------------------------------------------------------------- structures
+# xfer_kv.h
+XFER_KV_GQA = 1
+XFER_KV_MLA = 2
+XFER_KV_TP_MAX = 64
+XFER_KV_HEADS_MAX = 256
+XFER_KV_SEGS_MAX = 2 * XFER_KV_HEADS_MAX
+XFER_KV_APP_MAX = 1024
+XFER_KV_GROUP_LIVE = 1
+XFER_KV_GROUP_LEFT = 2
+XFER_KV_GROUP_DEAD = 3
+XFER_KV_PF_NEW = 1
+XFER_KV_PF_CANCELLED = 2
+XFER_KV_PF_DONE = 3
+XFER_KV_PF_LEFT = 4
+
+# ------------------------------------------------------ structures: xfer.h
 
 xfer_recv_fn = CFUNCTYPE(None, c_void_p, c_uint64, c_void_p, c_size_t)
 xfer_peer_down_fn = CFUNCTYPE(None, c_void_p, c_uint32, c_uint64, c_int)
@@ -229,8 +249,104 @@ class xfer_trace(Structure):
     ]
 
 
-#: Every structure mirrored from xfer.h, by its C name (used by the ABI test).
-STRUCTS = {
+# --------------------------------------------------- structures: xfer_kv.h
+
+
+class xfer_kv_layout(Structure):
+    _fields_ = [(n, c_uint32) for n in (
+        "kind", "layers", "pages", "page_tokens", "kv_heads", "head_dim", "dtype_bytes", "fused",
+        "tp_size", "tp_rank")]
+
+
+class xfer_kv_seg(Structure):
+    _fields_ = [("src_off", c_uint64), ("dst_off", c_uint64), ("len", c_uint64)]
+
+
+class xfer_kv_plan_t(Structure):
+    _fields_ = [
+        ("nsegs", c_uint32),
+        ("writes_ctx", c_uint32),
+        ("src_layer_stride", c_uint64),
+        ("dst_layer_stride", c_uint64),
+        ("src_page_stride", c_uint64),
+        ("dst_page_stride", c_uint64),
+        ("segs", xfer_kv_seg * XFER_KV_SEGS_MAX),
+    ]
+
+
+class xfer_kv_dec_config(Structure):
+    _fields_ = [
+        ("layout", xfer_kv_layout),
+        ("kv", c_void_p),
+        ("ctx_bytes", c_uint32),
+        ("max_requests", c_uint32),
+        ("imm_base", c_uint32),
+        ("imm_span", c_uint32),
+        ("cancel_ms", c_uint64),
+    ]
+
+
+class xfer_kv_rank(Structure):
+    _fields_ = [("addr", c_void_p), ("addr_len", c_size_t), ("layout", xfer_kv_layout)]
+
+
+class xfer_kv_request(Structure):
+    _fields_ = [
+        ("id", c_uint64),
+        ("group", c_uint32),
+        ("tokens", c_uint32),
+        ("timeout_ms", c_uint64),
+        ("app", c_void_p),
+        ("app_len", c_uint32),
+    ]
+
+
+class xfer_kv_dec_event(Structure):
+    _fields_ = [
+        ("id", c_uint64),
+        ("status", c_int32),
+        ("npages", c_uint32),
+        ("pages", POINTER(c_uint32)),
+        ("ctx", c_void_p),
+        ("elapsed_ns", c_uint64),
+    ]
+
+
+class xfer_kv_dec_stats_t(Structure):
+    _fields_ = [(n, c_uint64) for n in (
+        "admitted", "completed", "failed", "cancelled", "cancel_acks", "revocations",
+        "bytes_expected", "msgs_dropped")]
+
+
+class xfer_kv_pf_config(Structure):
+    _fields_ = [
+        ("layout", xfer_kv_layout),
+        ("kv", c_void_p),
+        ("ctx_bytes", c_uint32),
+        ("max_jobs", c_uint32),
+        ("job_timeout_ms", c_uint64),
+    ]
+
+
+class xfer_kv_pf_event(Structure):
+    _fields_ = [
+        ("type", c_uint32),
+        ("status", c_int32),
+        ("id", c_uint64),
+        ("tokens", c_uint32),
+        ("npages", c_uint32),
+        ("app_len", c_uint32),
+        ("app", c_uint8 * XFER_KV_APP_MAX),
+    ]
+
+
+class xfer_kv_pf_stats_t(Structure):
+    _fields_ = [(n, c_uint64) for n in (
+        "jobs", "jobs_failed", "requests", "cancels", "writes", "bytes", "writes_cut", "msgs_dropped")]
+
+
+#: Every structure mirrored from xfer.h and xfer_kv.h, by its C name (the ABI test).
+STRUCTS: Dict[str, Type[Structure]] = {
     "xfer_attr": xfer_attr,
     "xfer_cqe": xfer_cqe,
     "xfer_completion": xfer_completion,
@@ -243,10 +359,21 @@ STRUCTS = {
     "xfer_msg_info": xfer_msg_info,
     "xfer_stats": xfer_stats,
     "xfer_trace": xfer_trace,
+    "xfer_kv_layout": xfer_kv_layout,
+    "xfer_kv_seg": xfer_kv_seg,
+    "xfer_kv_plan": xfer_kv_plan_t,
+    "xfer_kv_dec_config": xfer_kv_dec_config,
+    "xfer_kv_rank": xfer_kv_rank,
+    "xfer_kv_request": xfer_kv_request,
+    "xfer_kv_dec_event": xfer_kv_dec_event,
+    "xfer_kv_dec_stats": xfer_kv_dec_stats_t,
+    "xfer_kv_pf_config": xfer_kv_pf_config,
+    "xfer_kv_pf_event": xfer_kv_pf_event,
+    "xfer_kv_pf_stats": xfer_kv_pf_stats_t,
 }
 
 
-def packer(cls) -> "struct.Struct":
+def packer(cls: Type[Structure]) -> "struct.Struct":
     """A struct.Struct that writes `cls` from its fields in declaration order.
 
     Packing a whole submission with one ``pack_into`` costs a fraction of
@@ -254,7 +381,7 @@ def packer(cls) -> "struct.Struct":
     layout (itself checked against xfer.h by the tests), pointers as 'Q'.
     """
     fmt, pos = "<", 0
-    for name, ctype in cls._fields_:
+    for name, ctype in cls._fields_:  # type: ignore[misc]
         f = getattr(cls, name)
         if f.offset > pos:
             fmt += f"{f.offset - pos}x"
@@ -339,25 +466,21 @@ def _load() -> Tuple[ctypes.CDLL, ctypes.PyDLL, str]:
 clib, plib, LIBRARY_PATH = _load()
 
 
-def _proto(lib: ctypes.CDLL, name: str, restype, *argtypes, required: bool = True):
-    fn = _optional(lib, name)
-    if fn is None:
-        if required:
-            raise LibraryNotFound(f"{LIBRARY_PATH} lacks {name}: it is older than this binding")
-        return None
+def _proto(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> Any:
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        raise LibraryNotFound(f"{LIBRARY_PATH} lacks {name}: it is older than this binding") from None
     fn.restype = restype
     fn.argtypes = list(argtypes)
     return fn
 
 
-def _optional(lib: ctypes.CDLL, name: str):
-    try:
-        return getattr(lib, name)
-    except AttributeError:
-        return None
-
-
 P = c_void_p
+_Layout = POINTER(xfer_kv_layout)
+
+# ------------------------------------------------------ prototypes: xfer.h
+
 xfer_strerror = _proto(clib, "xfer_strerror", c_char_p, c_int)
 xfer_attr_init = _proto(clib, "xfer_attr_init", None, POINTER(xfer_attr))
 xfer_engine_create = _proto(clib, "xfer_engine_create", c_int, POINTER(xfer_attr), POINTER(c_void_p))
@@ -367,20 +490,20 @@ xfer_engine_id = _proto(clib, "xfer_engine_id", c_uint64, P)
 xfer_engine_provider = _proto(clib, "xfer_engine_provider", c_char_p, P)
 xfer_engine_nic_count = _proto(clib, "xfer_engine_nic_count", c_uint, P)
 xfer_engine_nic_name = _proto(clib, "xfer_engine_nic_name", c_char_p, P, c_uint)
-xfer_engine_nic_info = _proto(
-    clib, "xfer_engine_nic_info", c_int, P, c_uint, POINTER(xfer_nic_info), required=False
-)
+xfer_engine_nic_info = _proto(clib, "xfer_engine_nic_info", c_int, P, c_uint, POINTER(xfer_nic_info))
 xfer_engine_addr = _proto(clib, "xfer_engine_addr", c_int, P, P, c_size_t, POINTER(c_size_t))
 xfer_peer_add = _proto(clib, "xfer_peer_add", c_int, P, P, c_size_t, POINTER(c_uint32))
 xfer_peer_remove = _proto(clib, "xfer_peer_remove", c_int, P, c_uint32)
 xfer_peer_id = _proto(clib, "xfer_peer_id", c_uint64, P, c_uint32)
-xfer_peer_state = _proto(clib, "xfer_peer_state", c_int, P, c_uint32, required=False)
-xfer_peer_shards = _proto(clib, "xfer_peer_shards", c_uint, P, c_uint32, required=False)
+xfer_peer_state = _proto(clib, "xfer_peer_state", c_int, P, c_uint32)
+xfer_peer_shards = _proto(clib, "xfer_peer_shards", c_uint, P, c_uint32)
+# Never called from Python: its address is the on_peer_down handler (see _core.PeerDownSignal).
+xfer_peer_down_notify_fd = _proto(clib, "xfer_peer_down_notify_fd", None, P, c_uint32, c_uint64, c_int)
 xfer_mr_reg = _proto(clib, "xfer_mr_reg", c_int, P, P, c_size_t, POINTER(c_void_p))
 xfer_mr_dereg = _proto(clib, "xfer_mr_dereg", c_int, P)
-xfer_mr_is_gpu = _proto(clib, "xfer_mr_is_gpu", c_int, P, required=False)
-xfer_cuda_available = _proto(clib, "xfer_cuda_available", c_int, required=False)
-xfer_mr_revoke = _proto(clib, "xfer_mr_revoke", c_int, P, required=False)
+xfer_mr_is_gpu = _proto(clib, "xfer_mr_is_gpu", c_int, P)
+xfer_cuda_available = _proto(clib, "xfer_cuda_available", c_int)
+xfer_mr_revoke = _proto(clib, "xfer_mr_revoke", c_int, P)
 xfer_mr_desc = _proto(clib, "xfer_mr_desc", c_int, P, P, c_size_t, POINTER(c_size_t))
 xfer_mr_addr = _proto(clib, "xfer_mr_addr", c_void_p, P)
 xfer_mr_len = _proto(clib, "xfer_mr_len", c_size_t, P)
@@ -395,20 +518,18 @@ xfer_recv_wait = _proto(clib, "xfer_recv_wait", c_int, P, P, c_size_t, P, c_uint
 xfer_engine_stats = _proto(clib, "xfer_engine_stats", None, P, POINTER(xfer_stats))
 xfer_engine_trace = _proto(clib, "xfer_engine_trace", None, P, c_int)
 xfer_trace_read = _proto(clib, "xfer_trace_read", c_int, P, P, c_int)
-xfer_topology = _proto(clib, "xfer_topology", c_int, POINTER(xfer_topo_dev), c_int, required=False)
-xfer_topology_nics_for_gpu = _proto(clib, "xfer_topology_nics_for_gpu", c_int, c_int, c_char_p, c_size_t, required=False)
-xfer_group_create = _proto(clib, "xfer_group_create", c_int, P, P, c_uint32, POINTER(c_void_p), required=False)
-xfer_group_destroy = _proto(clib, "xfer_group_destroy", c_int, P, required=False)
-xfer_group_size = _proto(clib, "xfer_group_size", c_uint32, P, required=False)
+xfer_topology = _proto(clib, "xfer_topology", c_int, POINTER(xfer_topo_dev), c_int)
+xfer_topology_nics_for_gpu = _proto(clib, "xfer_topology_nics_for_gpu", c_int, c_int, c_char_p, c_size_t)
+xfer_group_create = _proto(clib, "xfer_group_create", c_int, P, P, c_uint32, POINTER(c_void_p))
+xfer_group_destroy = _proto(clib, "xfer_group_destroy", c_int, P)
+xfer_group_size = _proto(clib, "xfer_group_size", c_uint32, P)
 # The watcher: create and destroy go through clib, which releases the GIL.
 # destroy joins the watcher thread, and that thread may be waiting for the
 # GIL to run a Python callback: holding it here would deadlock.
-xfer_watcher_create = _proto(
-    clib, "xfer_watcher_create", c_int, xfer_watch_fn, c_void_p, c_uint32, POINTER(c_void_p), required=False
-)
-xfer_watcher_destroy = _proto(clib, "xfer_watcher_destroy", None, P, required=False)
-xfer_watcher_word = _proto(clib, "xfer_watcher_word", c_void_p, P, required=False)
-xfer_watcher_device_ptr = _proto(clib, "xfer_watcher_device_ptr", c_uint64, P, required=False)
+xfer_watcher_create = _proto(clib, "xfer_watcher_create", c_int, xfer_watch_fn, c_void_p, c_uint32, POINTER(c_void_p))
+xfer_watcher_destroy = _proto(clib, "xfer_watcher_destroy", None, P)
+xfer_watcher_word = _proto(clib, "xfer_watcher_word", c_void_p, P)
+xfer_watcher_device_ptr = _proto(clib, "xfer_watcher_device_ptr", c_uint64, P)
 
 # Submissions: never block, so they keep the GIL (see the module docstring).
 xfer_send = _proto(plib, "xfer_send", c_int, P, c_uint32, P, c_size_t, P)
@@ -416,9 +537,9 @@ xfer_write = _proto(plib, "xfer_write", c_int, P, P, P)
 xfer_write_paged = _proto(plib, "xfer_write_paged", c_int, P, P, P)
 xfer_write_imm = _proto(plib, "xfer_write_imm", c_int, P, c_uint32, c_uint32, P)
 xfer_expect_imm = _proto(plib, "xfer_expect_imm", c_int, P, c_uint32, c_uint32, P)
-xfer_cancel = _proto(plib, "xfer_cancel", c_int, P, c_uint64, P, required=False)
-xfer_scatter_submit = _proto(plib, "xfer_scatter", c_int, P, P, P, P, required=False)
-xfer_barrier = _proto(plib, "xfer_barrier", c_int, P, P, c_uint32, P, required=False)
+xfer_cancel = _proto(plib, "xfer_cancel", c_int, P, c_uint64, P)
+xfer_scatter_submit = _proto(plib, "xfer_scatter", c_int, P, P, P, P)
+xfer_barrier = _proto(plib, "xfer_barrier", c_int, P, P, c_uint32, P)
 
 # Version and logging (xfer/_log.py routes the log lines into `logging`).
 xfer_version = _proto(clib, "xfer_version", c_char_p)
@@ -438,59 +559,51 @@ if LIBRARY_VERSION != _binding_version:
     )
 
 
-# ------------------------------------------------ peer-down without the GIL
-#
-# on_peer_down runs on the engine's worker thread. A ctypes callback there
-# would make the worker wait for the GIL, so the callback handed to the C
-# library is libc's sem_post on a semaphore the binding owns (with ctx the
-# semaphore; the extra arguments sit in registers sem_post never reads, which
-# the x86-64 and AArch64 calling conventions make harmless). Python threads
-# notice the post with sem_trywait and read the peers' states.
+# --------------------------------------------------- prototypes: xfer_kv.h
+# All through clib: admission may wait for the module, polls wait for events,
+# and creation and destruction start and join threads.
 
+xfer_kv_layout_check = _proto(clib, "xfer_kv_layout_check", c_int, _Layout)
+xfer_kv_layout_why = _proto(clib, "xfer_kv_layout_why", c_char_p, _Layout)
+xfer_kv_layout_bytes = _proto(clib, "xfer_kv_layout_bytes", c_uint64, _Layout)
+xfer_kv_local_heads = _proto(clib, "xfer_kv_local_heads", c_uint32, _Layout, POINTER(c_uint32))
+xfer_kv_offset = _proto(clib, "xfer_kv_offset", c_uint64, _Layout, c_uint32, c_uint32, c_uint32, c_uint32)
+xfer_kv_head_bytes = _proto(clib, "xfer_kv_head_bytes", c_uint64, _Layout)
+xfer_kv_plan = _proto(clib, "xfer_kv_plan", c_int, _Layout, _Layout, POINTER(xfer_kv_plan_t))
+xfer_kv_plan_count = _proto(clib, "xfer_kv_plan_count", c_uint64, POINTER(xfer_kv_plan_t), c_uint32, c_uint32)
+xfer_kv_dec_config_init = _proto(clib, "xfer_kv_dec_config_init", None, POINTER(xfer_kv_dec_config))
+xfer_kv_decoder_create = _proto(
+    clib, "xfer_kv_decoder_create", c_int, POINTER(xfer_kv_dec_config), POINTER(xfer_attr), POINTER(c_void_p)
+)
+xfer_kv_decoder_destroy = _proto(clib, "xfer_kv_decoder_destroy", None, P)
+xfer_kv_decoder_engine = _proto(clib, "xfer_kv_decoder_engine", P, P)
+xfer_kv_dec_join = _proto(clib, "xfer_kv_dec_join", c_int, P, POINTER(xfer_kv_rank), c_uint32, POINTER(c_uint32))
+xfer_kv_dec_leave = _proto(clib, "xfer_kv_dec_leave", c_int, P, c_uint32)
+xfer_kv_dec_group_state = _proto(clib, "xfer_kv_dec_group_state", c_int, P, c_uint32)
+xfer_kv_dec_admit = _proto(clib, "xfer_kv_dec_admit", c_int, P, POINTER(xfer_kv_request))
+xfer_kv_dec_cancel = _proto(clib, "xfer_kv_dec_cancel", c_int, P, c_uint64)
+xfer_kv_dec_poll = _proto(clib, "xfer_kv_dec_poll", c_int, P, POINTER(xfer_kv_dec_event), c_int, c_uint64)
+xfer_kv_dec_release = _proto(clib, "xfer_kv_dec_release", c_int, P, c_uint64)
+xfer_kv_dec_pages = _proto(
+    clib, "xfer_kv_dec_pages", c_int, P, c_uint64, POINTER(POINTER(c_uint32)), POINTER(c_uint32)
+)
+xfer_kv_dec_free_pages = _proto(clib, "xfer_kv_dec_free_pages", c_uint32, P)
+xfer_kv_dec_stats = _proto(clib, "xfer_kv_dec_stats", None, P, POINTER(xfer_kv_dec_stats_t))
+xfer_kv_pf_config_init = _proto(clib, "xfer_kv_pf_config_init", None, POINTER(xfer_kv_pf_config))
+xfer_kv_prefiller_create = _proto(
+    clib, "xfer_kv_prefiller_create", c_int, POINTER(xfer_kv_pf_config), POINTER(xfer_attr), POINTER(c_void_p)
+)
+xfer_kv_prefiller_destroy = _proto(clib, "xfer_kv_prefiller_destroy", None, P)
+xfer_kv_prefiller_engine = _proto(clib, "xfer_kv_prefiller_engine", P, P)
+xfer_kv_pf_poll = _proto(clib, "xfer_kv_pf_poll", c_int, P, POINTER(xfer_kv_pf_event), c_int, c_uint64)
+xfer_kv_pf_bind = _proto(clib, "xfer_kv_pf_bind", c_int, P, c_uint64, POINTER(c_uint32), c_uint32)
+xfer_kv_pf_layers_done = _proto(clib, "xfer_kv_pf_layers_done", c_int, P, c_uint64, c_uint32)
+xfer_kv_pf_finish = _proto(clib, "xfer_kv_pf_finish", c_int, P, c_uint64, c_void_p, c_uint32)
+xfer_kv_pf_leave = _proto(clib, "xfer_kv_pf_leave", c_int, P)
+xfer_kv_pf_stats = _proto(clib, "xfer_kv_pf_stats", None, P, POINTER(xfer_kv_pf_stats_t))
 
-class PeerDownSignal:
-    """A POSIX semaphore the C worker posts (through ``sem_post``) when a peer dies."""
-
-    SEM_BYTES = 64  # sizeof(sem_t) is 32 on 64-bit glibc and musl; room to spare
-
-    def __init__(self) -> None:
-        if _sem_post_addr is None or _sem_init is None:
-            raise OSError("libc has no sem_post/sem_init")
-        self._buf = ctypes.create_string_buffer(self.SEM_BYTES)
-        self.addr = ctypes.addressof(self._buf)
-        if _sem_init(self.addr, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "sem_init failed")
-        self.callback = _sem_post_addr  # the C function pointer for on_peer_down
-        self._live = True
-
-    def take(self) -> bool:
-        """True (and consumes one post) if the worker posted since the last take."""
-        return _sem_trywait(self.addr) == 0
-
-    def close(self) -> None:
-        # Only once the worker has exited (xfer_engine_stop): nobody posts any more.
-        if self._live:
-            self._live = False
-            _sem_destroy(self.addr)
-
-
-def _libc_functions():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc_gil = ctypes.PyDLL(None, use_errno=True)  # sem_trywait never blocks: keep the GIL
-        post = ctypes.cast(libc.sem_post, c_void_p).value
-        init = libc.sem_init
-        init.restype, init.argtypes = c_int, [c_void_p, c_int, c_uint]
-        trywait = libc_gil.sem_trywait
-        trywait.restype, trywait.argtypes = c_int, [c_void_p]
-        destroy = libc.sem_destroy
-        destroy.restype, destroy.argtypes = c_int, [c_void_p]
-        return post, init, trywait, destroy
-    except (AttributeError, OSError):  # pragma: no cover - not glibc/musl
-        return None, None, None, None
-
-
-_sem_post_addr, _sem_init, _sem_trywait, _sem_destroy = _libc_functions()
+#: The C function pointer handed to the engine as on_peer_down.
+PEER_DOWN_NOTIFY_FD: int = ctypes.cast(xfer_peer_down_notify_fd, c_void_p).value or 0
 
 
 def strerror(code: int) -> str:

@@ -9,7 +9,7 @@ import errno as _errno
 from typing import List, NamedTuple
 
 from . import _lib
-from ._errors import InvalidArgument, NoGPU, NotSupported, check
+from ._errors import InvalidArgument, NoGPU, check
 
 __all__ = ["TopologyDevice", "topology", "nics_for_gpu", "CPU_AUTO"]
 
@@ -29,14 +29,8 @@ class TopologyDevice(NamedTuple):
     numa: int  #: NUMA node, -1 when unknown
 
 
-def _missing(fn: str) -> NotSupported:
-    return NotSupported(_errno.EOPNOTSUPP, f"this libxfer has no {fn}", fn)
-
-
 def topology() -> List[TopologyDevice]:
     """The machine's GPUs, then its NICs (``xfer_topology``)."""
-    if _lib.xfer_topology is None:
-        raise _missing("xfer_topology")
     cap = 64
     while True:
         buf = (_lib.xfer_topo_dev * cap)()
@@ -60,8 +54,6 @@ def nics_for_gpu(gpu: int) -> List[str]:
     :func:`topology`): those on its NUMA node, else all of them
     (``xfer_topology_nics_for_gpu``). Pass the list as ``Engine(nics=...)``.
     Raises :class:`xfer.NoGPU` when there is no such GPU."""
-    if _lib.xfer_topology_nics_for_gpu is None:
-        raise _missing("xfer_topology_nics_for_gpu")
     if not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0:
         raise InvalidArgument(_errno.EINVAL, f"gpu must be a non-negative int, not {gpu!r}", "xfer_topology_nics_for_gpu")
     buf = ctypes.create_string_buffer(64 * 16 + 1)  # XFER_NIC_MAX names of up to 63 bytes

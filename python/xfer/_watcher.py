@@ -35,7 +35,7 @@ from ctypes import byref, c_uint64, c_void_p
 from typing import Any, Callable, List, Optional
 
 from . import _lib
-from ._errors import InvalidArgument, NoGPU, NotSupported, check
+from ._errors import InvalidArgument, NoGPU, check, wrong_type
 from ._mapped import cuda_tensor
 
 log = logging.getLogger("xfer")
@@ -177,10 +177,8 @@ class Watcher:
     """
 
     def __init__(self, callback: WatchCallback, *, spin_us: Optional[int] = None):
-        if _lib.xfer_watcher_create is None:
-            raise NotSupported(_errno.EOPNOTSUPP, "this libxfer has no xfer_watcher_create", "xfer_watcher_create")
         if not callable(callback):
-            raise InvalidArgument(_errno.EINVAL, "callback must be callable as callback(old, new)", "xfer_watcher_create")
+            raise wrong_type("callback", "callable as callback(old, new)", callback, "xfer_watcher_create")
         if spin_us is not None and (not isinstance(spin_us, int) or isinstance(spin_us, bool) or not 0 <= spin_us <= 0xFFFFFFFF):
             raise InvalidArgument(_errno.EINVAL, f"spin_us must be an int in 0 .. 2^32-1, not {spin_us!r}", "xfer_watcher_create")
         st = _State(callback)

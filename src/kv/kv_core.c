@@ -1,95 +1,69 @@
-/* The engine, inbox and control thread shared by decoders and prefillers. */
+/* The engine and control thread shared by decoders and prefillers. */
 #include "kv_core.h"
 
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-uint64_t kv_now_ns(void)
+#include "kv_peers.h"
+#include "kv_send.h"
+#include "kv_wire.h"
+
+/* The most completions one module keeps room for (entries of 16 bytes). */
+#define KV_CREDITS_MAX (1u << 16)
+#define RETRY_SEND_NS 200000ull
+#define IDLE_TICK_NS 1000000000ull
+
+uint64_t xi_kv_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void push(struct kv_core *c, struct kv_item *it)
+static struct timespec abs_ts(uint64_t when_ns)
 {
-	pthread_mutex_lock(&c->in_mu);
-	if (c->in_tail)
-		c->in_tail->next = it;
-	else
-		c->in_head = it;
-	c->in_tail = it;
-	pthread_cond_signal(&c->in_cv);
-	pthread_mutex_unlock(&c->in_mu);
+	/* The condition variables run on CLOCK_MONOTONIC (see start). */
+	return (struct timespec){.tv_sec = (time_t)(when_ns / 1000000000ull),
+				 .tv_nsec = (long)(when_ns % 1000000000ull)};
 }
 
-/* Worker thread: allocation here is on the control path only (module
- * messages), never on the engine's data path. */
+/* ------------------------------------------- engine hooks (worker thread) */
+
 static void on_recv(void *ctx, uint64_t src_id, const void *data, size_t len)
 {
 	struct kv_core *c = ctx;
-	if (!kv_msg_is_ours(data, len)) {
-		if (c->app_recv)
-			c->app_recv(c->app_recv_ctx, src_id, data, len);
-		return;
-	}
-	struct kv_item *it = malloc(sizeof(*it) + len);
-	if (!it) {
-		__atomic_add_fetch(&c->dropped, 1, __ATOMIC_RELAXED);
-		return;
-	}
-	*it = (struct kv_item){.kind = KV_IT_MSG, .src_id = src_id, .len = len};
-	memcpy(it->data, data, len);
-	push(c, it);
+	if (xi_kv_msg_is_ours(data, len))
+		xi_kv_inbox_msg(&c->in, src_id, data, len);
+	else if (c->app_recv)
+		c->app_recv(c->app_recv_ctx, src_id, data, len);
 }
 
 static void on_peer_down(void *ctx, uint32_t peer, uint64_t engine_id, int reason)
 {
 	struct kv_core *c = ctx;
-	struct kv_item *it = malloc(sizeof(*it));
-	if (it) {
-		*it = (struct kv_item){.kind = KV_IT_PEER_DOWN, .src_id = engine_id, .peer = peer};
-		push(c, it);
-	}
+	xi_kv_inbox_peer_down(&c->in);
 	if (c->app_down)
 		c->app_down(c->app_down_ctx, peer, engine_id, reason);
 }
 
-void kv_core_cb(void *ctx, const struct xfer_cqe *cqe)
+/* --------------------------------------------------------- control thread */
+
+static void handle(struct kv_core *c, const struct kv_item *it)
 {
-	struct kv_core *c = ctx;
-	struct kv_item *it = malloc(sizeof(*it));
-	if (!it) {
-		/* Cannot happen short of exhaustion; the owner's deadlines recover. */
-		__atomic_add_fetch(&c->dropped, 1, __ATOMIC_RELAXED);
-		return;
+	if (!c->stopping)
+		c->on_item(c->owner, it);
+	else if (it->kind == KV_IT_CQE && it->cqe.kind == XFER_OP_SEND)
+		free((void *)(uintptr_t)it->cqe.user_data); /* its kv_sendbuf */
+}
+
+static void drain(struct kv_core *c)
+{
+	struct kv_item it;
+	while (xi_kv_inbox_pop(&c->in, &it)) {
+		handle(c, &it);
+		xi_kv_inbox_done(&c->in, &it);
 	}
-	*it = (struct kv_item){.kind = KV_IT_CQE, .cqe = *cqe};
-	push(c, it);
-}
-
-struct xfer_completion kv_completion(struct kv_core *c, uint64_t user_data, uint64_t tag,
-				     uint64_t timeout_ms)
-{
-	return (struct xfer_completion){.user_data = user_data, .cb = kv_core_cb, .cb_ctx = c,
-					.timeout_ms = timeout_ms, .tag = tag};
-}
-
-void kv_core_kick(struct kv_core *c)
-{
-	pthread_mutex_lock(&c->in_mu);
-	c->kicked = true;
-	pthread_cond_signal(&c->in_cv);
-	pthread_mutex_unlock(&c->in_mu);
-}
-
-static void deadline_ts(uint64_t when_ns, struct timespec *ts)
-{
-	/* The inbox condition variable runs on CLOCK_MONOTONIC (see start). */
-	ts->tv_sec = (time_t)(when_ns / 1000000000ull);
-	ts->tv_nsec = (long)(when_ns % 1000000000ull);
 }
 
 static void *control_main(void *arg)
@@ -97,39 +71,39 @@ static void *control_main(void *arg)
 	struct kv_core *c = arg;
 	uint64_t next = 0;
 	for (;;) {
-		pthread_mutex_lock(&c->in_mu);
-		while (!c->stop && !c->in_head && !c->kicked && kv_now_ns() < next) {
-			struct timespec ts;
-			deadline_ts(next, &ts);
-			pthread_cond_timedwait(&c->in_cv, &c->in_mu, &ts);
-		}
-		struct kv_item *list = c->in_head;
-		c->in_head = c->in_tail = NULL;
-		c->kicked = false;
-		bool stop = c->stop;
-		pthread_mutex_unlock(&c->in_mu);
-
+		/* downs_seen: written by this thread only, read without the lock. */
+		xi_kv_inbox_wait(&c->in, next, c->downs_seen);
+		bool stop = xi_kv_inbox_stopping(&c->in);
+		xi_kv_inbox_take_kick(&c->in);
+		/* Read first: the completions the worker delivered before a peer's
+		 * failure are then drained before the failure is handled. */
+		uint32_t downs = xi_kv_inbox_peer_downs(&c->in);
 		pthread_mutex_lock(&c->mu);
-		while (list) {
-			struct kv_item *it = list;
-			list = it->next;
+		drain(c);
+		if (downs != c->downs_seen) {
+			c->downs_seen = downs;
 			if (!c->stopping)
-				c->on_item(c->owner, it);
-			else if (it->kind == KV_IT_CQE && it->cqe.kind == XFER_OP_SEND)
-				free((void *)(uintptr_t)it->cqe.user_data); /* its kv_sendbuf */
-			free(it);
+				xi_kv_peers_check_down(c);
 		}
-		uint64_t now = kv_now_ns();
-		next = c->stopping ? now + 1000000000ull : c->on_tick(c->owner, now);
-		if (!c->stopping && kv_send_pending(c) && next > now + 200000)
-			next = now + 200000; /* the submission queue was full: retry soon */
+		uint64_t now = xi_kv_now_ns();
+		next = c->stopping ? now + IDLE_TICK_NS : c->on_tick(c->owner, now);
+		if (!c->stopping && xi_kv_send_pending(c) && next > now + RETRY_SEND_NS)
+			next = now + RETRY_SEND_NS; /* the submission queue was full: retry soon */
+		if (c->credit_waiters)
+			pthread_cond_broadcast(&c->credit_cv);
 		pthread_mutex_unlock(&c->mu);
 		if (stop)
 			return NULL;
 	}
 }
 
-int kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
+static uint32_t credits_for(const struct xfer_attr *a)
+{
+	uint64_t n = (uint64_t)a->submit_depth + a->max_ops;
+	return n > KV_CREDITS_MAX ? KV_CREDITS_MAX : n ? (uint32_t)n : 1;
+}
+
+int xi_kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 {
 	c->attr = *attr;
 	c->app_recv = attr->on_recv;
@@ -137,20 +111,24 @@ int kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 	c->app_down = attr->on_peer_down;
 	c->app_down_ctx = attr->on_peer_down_ctx;
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_mutex_init(&c->in_mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->in_cv, &ca);
 	pthread_cond_init(&c->app_cv, &ca);
+	pthread_cond_init(&c->credit_cv, &ca);
 	pthread_condattr_destroy(&ca);
+	/* Before the engine: its callbacks may run as soon as it exists. */
+	int ret = xi_kv_inbox_init(&c->in, credits_for(attr), attr->recv_count, attr->msg_max,
+				   attr->spin_us);
+	if (ret)
+		return ret;
 
 	struct xfer_attr a = *attr;
 	a.on_recv = on_recv;
 	a.on_recv_ctx = c;
 	a.on_peer_down = on_peer_down;
 	a.on_peer_down_ctx = c;
-	int ret = xfer_engine_create(&a, &c->e);
+	ret = xfer_engine_create(&a, &c->e);
 	if (ret)
 		return ret;
 	if (pthread_create(&c->thread, NULL, control_main, c)) {
@@ -162,35 +140,56 @@ int kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 	return 0;
 }
 
-void kv_core_stop(struct kv_core *c)
+void xi_kv_core_stop(struct kv_core *c)
 {
 	/* From here the control thread only frees send buffers: a region
 	 * deregistered while the engine stops would escape its release. */
 	pthread_mutex_lock(&c->mu);
 	c->stopping = true;
+	pthread_cond_broadcast(&c->credit_cv);
 	pthread_mutex_unlock(&c->mu);
-	/* Engine next: its stop completes everything in flight, so the control
-	 * thread sees the last completions before it exits. */
+	/* Engine next: its stop completes everything in flight (into the inbox,
+	 * which has room for all of it), and no callback runs after it. */
 	if (c->e)
 		xfer_engine_stop(c->e);
 	if (c->thread_started) {
-		pthread_mutex_lock(&c->in_mu);
-		c->stop = true;
-		pthread_cond_signal(&c->in_cv);
-		pthread_mutex_unlock(&c->in_mu);
+		xi_kv_inbox_stop(&c->in);
 		pthread_join(c->thread, NULL);
 		c->thread_started = false;
 	}
-	while (c->in_head) {
-		struct kv_item *it = c->in_head;
-		c->in_head = it->next;
-		if (it->kind == KV_IT_CQE && it->cqe.kind == XFER_OP_SEND)
-			free((void *)(uintptr_t)it->cqe.user_data);
-		free(it);
+	if (c->in.ring)
+		drain(c);
+	xi_kv_send_drop_pending(c);
+	xi_kv_inbox_free(&c->in);
+}
+
+void xi_kv_core_kick(struct kv_core *c)
+{
+	xi_kv_inbox_kick(&c->in);
+}
+
+int xi_kv_core_wait_credit(struct kv_core *c)
+{
+	while (!c->stopping && !xi_kv_inbox_has_credit(&c->in)) {
+		c->credit_waiters++;
+		pthread_cond_wait(&c->credit_cv, &c->mu);
+		c->credit_waiters--;
 	}
-	while (c->pend_head) {
-		struct kv_sendbuf *b = c->pend_head;
-		c->pend_head = b->next;
-		free(b);
+	return c->stopping ? -ESHUTDOWN : 0;
+}
+
+void xi_kv_core_wait_events(struct kv_core *c, const uint32_t *count, uint64_t timeout_ms)
+{
+	uint64_t now = xi_kv_now_ns(), until = UINT64_MAX;
+	if (timeout_ms < (UINT64_MAX - now) / 1000000ull)
+		until = now + timeout_ms * 1000000ull;
+	while (!*count && xi_kv_now_ns() < until) {
+		struct timespec ts = abs_ts(until);
+		pthread_cond_timedwait(&c->app_cv, &c->mu, &ts);
 	}
+}
+
+uint64_t xi_kv_core_dropped(struct kv_core *c)
+{
+	return xi_kv_inbox_dropped(&c->in);
 }

@@ -1,9 +1,9 @@
-/* What decoders and prefillers share: the engine they create, the inbox that
- * carries everything the engine's worker tells them (messages, completions,
- * peer failures) to their own control thread, and message sending.
+/* What decoders and prefillers share: the engine they create, the control
+ * thread that handles everything the engine's worker tells them (through the
+ * inbox, kv_inbox.h), and the owner's lock.
  *
- * Threads: engine callbacks run on the worker and must not block, so they
- * only copy into the inbox. The control thread and the application's calls
+ * Threads: engine callbacks run on the worker and only copy into the inbox
+ * (no allocation, no lock). The control thread and the application's calls
  * take `mu`; they may call blocking engine functions (registration, peers,
  * disarm), which never wait for `mu`, so nothing can deadlock. */
 #ifndef XFER_KV_CORE_H
@@ -13,24 +13,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kv_wire.h"
+#include "kv_inbox.h"
 #include "xfer.h"
-
-enum kv_item_kind { KV_IT_MSG = 1, KV_IT_CQE = 2, KV_IT_PEER_DOWN = 3 };
-
-struct kv_item {
-	struct kv_item *next;
-	uint32_t kind;
-	uint64_t src_id;   /* MSG: sender; PEER_DOWN: engine id */
-	uint32_t peer;     /* PEER_DOWN */
-	struct xfer_cqe cqe; /* CQE */
-	size_t len;        /* MSG */
-	uint8_t data[];
-};
 
 /* A message waiting for its SEND to complete (the engine reads it until then). */
 struct kv_sendbuf {
-	struct kv_sendbuf *next; /* pending list, while -EAGAIN */
+	struct kv_sendbuf *next; /* pending list, while it cannot be submitted */
 	xfer_peer_t peer;
 	uint32_t type;
 	uint64_t dseq;
@@ -50,21 +38,20 @@ struct kv_peer_ent {
 struct kv_core {
 	xfer_engine_t *e;
 	struct xfer_attr attr;
+	struct kv_inbox in;
 	pthread_mutex_t mu;      /* the owner's state */
 	pthread_cond_t app_cv;   /* events for the application, under mu */
-	pthread_mutex_t in_mu;   /* the inbox only */
-	pthread_cond_t in_cv;
-	struct kv_item *in_head, *in_tail;
-	bool kicked, stop;
+	pthread_cond_t credit_cv; /* an inbox credit came back, under mu */
+	uint32_t credit_waiters;
 	bool stopping; /* under mu: the engine is being stopped, touch it no more */
 	pthread_t thread;
 	bool thread_started;
+	uint32_t downs_seen; /* peer failures handled (control thread) */
 	struct kv_sendbuf *pend_head, *pend_tail;
 	xfer_recv_fn app_recv;
 	void *app_recv_ctx;
 	xfer_peer_down_fn app_down;
 	void *app_down_ctx;
-	uint64_t dropped; /* malformed or unaccountable inbox items */
 	struct kv_peer_ent *peers; /* engines we talk to, by engine id */
 	uint32_t npeers, peers_cap;
 	/* The owner's handlers, called by the control thread with mu held. */
@@ -74,39 +61,24 @@ struct kv_core {
 	void *owner;
 };
 
-uint64_t kv_now_ns(void);
+uint64_t xi_kv_now_ns(void);
 
-/* Creates the engine (with the module's hooks) and the control thread. */
-int kv_core_start(struct kv_core *c, const struct xfer_attr *attr);
+/* Creates the inbox, the engine (with the module's hooks) and the control
+ * thread. The inbox holds as many completions as the engine itself can hold
+ * submissions (submit_depth + max_ops), and one NIC's worth of messages. */
+int xi_kv_core_start(struct kv_core *c, const struct xfer_attr *attr);
 /* Stops the engine, then the thread; drops what is left in the inbox. */
-void kv_core_stop(struct kv_core *c);
+void xi_kv_core_stop(struct kv_core *c);
 /* Wakes the control thread (work that needs retrying, a new deadline). */
-void kv_core_kick(struct kv_core *c);
-
-/* Completion target for every operation the module submits: user_data is
- * the owner's, the item goes to the inbox. */
-void kv_core_cb(void *ctx, const struct xfer_cqe *cqe);
-struct xfer_completion kv_completion(struct kv_core *c, uint64_t user_data, uint64_t tag,
-				     uint64_t timeout_ms);
-
-/* Encodes and sends m to peer; a full queue is retried by the control
- * thread. Returns 0 or the submission error. Call with mu held. */
-int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages);
-/* Retries pending sends; true while some remain. Call with mu held. */
-bool kv_send_pending(struct kv_core *c);
-
-/* The peer with this engine id, adding it from addr when unknown (and
- * checking that the address is the sender's). -EBUSY for an engine
- * declared dead whose old peer is still being drained. Call with mu held
- * (kv_peers.c). */
-int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
-		xfer_peer_t *out);
-/* Adds a peer from its address (join); the table learns its engine id. */
-int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out);
-void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer);
-void kv_peers_free(struct kv_core *c);
-/* Removes dead or unneeded peers once nothing is in flight to them; true
- * while some could not be removed yet. `keep` says which are still wanted. */
-bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer));
+void xi_kv_core_kick(struct kv_core *c);
+/* Waits (mu held, released while waiting) until an inbox credit is free:
+ * for an application call whose submission must not be refused. 0, or
+ * -ESHUTDOWN once the module stops. */
+int xi_kv_core_wait_credit(struct kv_core *c);
+/* Waits (mu held) until *count is not 0 or timeout_ms passes: the
+ * application's poll for the owner's events. */
+void xi_kv_core_wait_events(struct kv_core *c, const uint32_t *count, uint64_t timeout_ms);
+/* Messages the inbox had no room for. */
+uint64_t xi_kv_core_dropped(struct kv_core *c);
 
 #endif

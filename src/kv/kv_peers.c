@@ -1,12 +1,9 @@
-/* Peers by engine id. A prefiller learns decoders from their requests; a
- * decoder adds prefill ranks when they join. An engine declared dead is
- * used no more; if it turns out to be alive (it was frozen, or cut off) it
- * can be added again once its old peer has been removed. */
+/* The module's peer table (kv_peers.h). */
+#include "kv_peers.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "kv_core.h"
 
 static struct kv_peer_ent *find_id(struct kv_core *c, uint64_t id)
 {
@@ -73,7 +70,7 @@ static int adopt(struct kv_core *c, xfer_peer_t p, const void *addr, size_t len,
 	return 0;
 }
 
-int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
+int xi_kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
 {
 	/* Never add an address twice: with libfabric 1.17's shm, removing the
 	 * duplicate unmaps the peer under the first one (the next send to it
@@ -90,8 +87,8 @@ int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *ou
 	return ret ? ret : adopt(c, p, addr, len, out);
 }
 
-int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
-		xfer_peer_t *out)
+int xi_kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
+		   xfer_peer_t *out)
 {
 	struct kv_peer_ent *known = find_id(c, engine_id);
 	if (known && !known->dead) {
@@ -114,14 +111,20 @@ int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size
 	return adopt(c, p, addr, len, out);
 }
 
-void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer)
+void xi_kv_peers_check_down(struct kv_core *c)
 {
-	for (uint32_t i = 0; i < c->npeers; i++)
-		if (c->peers[i].peer == peer)
-			c->peers[i].dead = true;
+	for (uint32_t i = 0; i < c->npeers; i++) {
+		struct kv_peer_ent *p = &c->peers[i];
+		if (p->dead || p->peer == XFER_PEER_NONE || xfer_peer_state(c->e, p->peer) != XFER_PEER_DEAD)
+			continue;
+		p->dead = true;
+		struct kv_item it = {.kind = KV_IT_PEER_DOWN, .src_id = p->id, .peer = p->peer};
+		/* The handler may add peers (the table moves): go on by index. */
+		c->on_item(c->owner, &it);
+	}
 }
 
-bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer))
+bool xi_kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer))
 {
 	bool left = false;
 	for (uint32_t i = 0; i < c->npeers;) {
@@ -148,7 +151,7 @@ bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer)
 	return left;
 }
 
-void kv_peers_free(struct kv_core *c)
+void xi_kv_peers_free(struct kv_core *c)
 {
 	for (uint32_t i = 0; i < c->npeers; i++)
 		free(c->peers[i].addr);

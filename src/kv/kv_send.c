@@ -1,17 +1,27 @@
-/* Module messages out: each SEND owns its buffer until it completes, and a
- * full submission queue leaves it on a list the control thread retries. */
+/* Module messages out (kv_send.h). */
+#include "kv_send.h"
+
 #include <errno.h>
 #include <stdlib.h>
 
-#include "kv_core.h"
-
 static int post(struct kv_core *c, struct kv_sendbuf *b)
 {
-	struct xfer_completion done = kv_completion(c, (uint64_t)(uintptr_t)b, 0, 0);
-	return xfer_send(c->e, b->peer, b->data, b->len, &done);
+	struct xfer_completion done;
+	if (!xi_kv_inbox_credit(&c->in, &done, (uint64_t)(uintptr_t)b, 0, 0))
+		return -EAGAIN;
+	return xi_kv_inbox_settle(&c->in, xfer_send(c->e, b->peer, b->data, b->len, &done));
 }
 
-int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages)
+static void enqueue(struct kv_core *c, struct kv_sendbuf *b)
+{
+	if (c->pend_tail)
+		c->pend_tail->next = b;
+	else
+		c->pend_head = b;
+	c->pend_tail = b;
+}
+
+int xi_kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages)
 {
 	size_t cap = c->attr.msg_max;
 	struct kv_sendbuf *b = malloc(sizeof(*b) + cap);
@@ -22,20 +32,17 @@ int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const u
 	b->type = m->type;
 	b->dseq = m->dseq;
 	b->engine_id = xfer_peer_id(c->e, peer);
-	int len = kv_msg_encode(m, pages, b->data, cap);
+	int len = xi_kv_msg_encode(m, pages, b->data, cap);
 	if (len < 0) {
 		free(b);
 		return len;
 	}
 	b->len = (size_t)len;
+	/* Behind earlier ones, so that messages leave in the order sent. */
 	int ret = c->pend_head ? -EAGAIN : post(c, b);
 	if (ret == -EAGAIN) {
-		/* Behind earlier ones, so that messages leave in the order sent. */
-		if (c->pend_tail)
-			c->pend_tail->next = b;
-		else
-			c->pend_head = b;
-		c->pend_tail = b;
+		enqueue(c, b);
+		xi_kv_inbox_kick(&c->in); /* the control thread retries it */
 		return 0;
 	}
 	if (ret)
@@ -43,7 +50,7 @@ int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const u
 	return ret;
 }
 
-bool kv_send_pending(struct kv_core *c)
+bool xi_kv_send_pending(struct kv_core *c)
 {
 	while (c->pend_head) {
 		struct kv_sendbuf *b = c->pend_head;
@@ -56,10 +63,21 @@ bool kv_send_pending(struct kv_core *c)
 		b->next = NULL;
 		if (ret) {
 			/* The owner learns of it as it would of a failed SEND. */
-			struct xfer_cqe cqe = {.user_data = (uint64_t)(uintptr_t)b, .res = ret,
-					       .kind = XFER_OP_SEND};
-			kv_core_cb(c, &cqe);
+			struct kv_item it = {.kind = KV_IT_CQE,
+					     .cqe = {.user_data = (uint64_t)(uintptr_t)b, .res = ret,
+						     .kind = XFER_OP_SEND}};
+			c->on_item(c->owner, &it);
 		}
 	}
 	return false;
+}
+
+void xi_kv_send_drop_pending(struct kv_core *c)
+{
+	while (c->pend_head) {
+		struct kv_sendbuf *b = c->pend_head;
+		c->pend_head = b->next;
+		free(b);
+	}
+	c->pend_tail = NULL;
 }

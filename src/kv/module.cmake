@@ -2,7 +2,8 @@
 # the same object library, plus its demo and benchmark programs.
 target_sources(xfer_obj PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/kv_layout.c ${CMAKE_CURRENT_LIST_DIR}/kv_wire.c
-  ${CMAKE_CURRENT_LIST_DIR}/kv_core.c ${CMAKE_CURRENT_LIST_DIR}/kv_send.c
+  ${CMAKE_CURRENT_LIST_DIR}/kv_inbox.c ${CMAKE_CURRENT_LIST_DIR}/kv_core.c
+  ${CMAKE_CURRENT_LIST_DIR}/kv_send.c
   ${CMAKE_CURRENT_LIST_DIR}/kv_peers.c ${CMAKE_CURRENT_LIST_DIR}/kv_stack.c
   ${CMAKE_CURRENT_LIST_DIR}/kv_decoder.c ${CMAKE_CURRENT_LIST_DIR}/kv_dec_ctl.c
   ${CMAKE_CURRENT_LIST_DIR}/kv_dec_lease.c ${CMAKE_CURRENT_LIST_DIR}/kv_prefiller.c
