@@ -54,7 +54,7 @@ fuzz:
 	mkdir -p $(BUILD)/fuzz-corpus
 	cp tests/fuzz/corpus/* $(BUILD)/fuzz-corpus/
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-		tests/fuzz/fuzz_wire.c src/wire.c -o $(BUILD)/fuzz_wire
+		tests/fuzz/fuzz_wire.c src/wire/wire.c -o $(BUILD)/fuzz_wire
 	$(BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus
 
 # Random operations with checksums for SOAK_SECONDS on both providers.

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "imm_table.h"
+#include "util/imm_table.h"
 
 #define LIMIT 64
 #define KEYS 200

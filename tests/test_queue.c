@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "mpmc_queue.h"
+#include "util/mpmc_queue.h"
 
 #define PRODUCERS 4
 #define CONSUMERS 2

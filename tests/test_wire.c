@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 static void addr_cases(void)
 {

@@ -1,8 +1,8 @@
 /* Encoding and bounded parsing of module messages (kv_wire.h). */
 #include "kv_wire.h"
 
-#include "../wire.h" /* wire_crc32: the same CRC as addresses and descriptors */
-#include "../wire_cursor.h"
+#include "wire/wire.h" /* wire_crc32: the same CRC as addresses and descriptors */
+#include "wire/wire_cursor.h"
 
 #include <errno.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "cases.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 /* The target's region stays all zero in these cases. */
 static void expect_untouched(struct fault_target *t)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wire.h"
+#include "wire/wire.h"
 #include "xfer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

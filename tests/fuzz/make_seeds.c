@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "wire.h"
+#include "wire/wire.h"
 
 static void save(const char *name, const void *b, int len)
 {

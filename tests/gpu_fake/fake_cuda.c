@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda/cuda_api.h"
+#include "gpu/cuda_api.h"
 
 #define MAX_ALLOCS 64
 #define ERR 1 /* CUDA_ERROR_INVALID_VALUE */

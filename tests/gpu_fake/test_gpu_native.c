@@ -20,11 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "core/objects.h"
 #include "fake_cuda.h"
 #include "helpers.h"
-#include "ofi/ofi_nic.h"
-#include "wire.h"
+#include "backend/ofi/ofi.h"
+#include "wire/wire.h"
 
 /* --------------------------------------------------- instrumented backend */
 

@@ -3,7 +3,7 @@
 #ifndef XFER_WORKER_H
 #define XFER_WORKER_H
 
-#include "engine.h"
+#include "core/objects.h"
 
 enum wr_kind { WR_OP, WR_RECV, WR_HB, WR_PONG, WR_NOTICE /* of one scatter entry */ };
 

@@ -1,4 +1,4 @@
-#include "imm_table.h"
+#include "util/imm_table.h"
 
 #include <errno.h>
 #include <stdlib.h>

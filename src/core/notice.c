@@ -16,7 +16,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "worker.h"
+#include "core/worker.h"
 
 static const struct xfer_scatter_entry *entry_of(const struct op *op, uint32_t i)
 {

@@ -1,5 +1,5 @@
-#include "wire.h"
-#include "wire_cursor.h"
+#include "wire/wire.h"
+#include "wire/wire_cursor.h"
 
 #include <errno.h>
 #include <string.h>

@@ -17,9 +17,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "cuda/cuda_api.h"
-#include "log.h"
-#include "worker.h"
+#include "gpu/cuda_api.h"
+#include "util/log.h"
+#include "core/worker.h"
 
 xfer_mr_t *mr_find(xfer_engine_t *e, uint64_t id);
 

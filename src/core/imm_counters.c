@@ -2,7 +2,7 @@
  * count, an expectation fires exactly once, the excess carries over. */
 #include <errno.h>
 
-#include "worker.h"
+#include "core/worker.h"
 
 static void fire(struct worker *w, struct imm_entry *en, int res)
 {

@@ -10,10 +10,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "imm_table.h"
-#include "mpmc_queue.h"
-#include "wire.h"
+#include "backend/backend.h"
+#include "util/imm_table.h"
+#include "util/mpmc_queue.h"
+#include "wire/wire.h"
 #include "xfer.h"
 
 #define MSG_HDR_BYTES 16

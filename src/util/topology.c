@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
-#include "log.h"
+#include "core/objects.h"
+#include "util/log.h"
 
 #ifdef XFER_HAVE_HWLOC
 #include <hwloc.h>

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda/cuda_api.h"
-#include "engine.h"
-#include "log.h"
+#include "gpu/cuda_api.h"
+#include "core/objects.h"
+#include "util/log.h"
 
 bool gpu_native_usable(const xfer_engine_t *e)
 {

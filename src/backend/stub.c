@@ -1,6 +1,6 @@
 #include <errno.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 static int stub_open(struct xfer_nic *n, const char *p, const char *d)
 {

@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda/cuda_api.h"
-#include "log.h"
-#include "worker.h"
+#include "gpu/cuda_api.h"
+#include "util/log.h"
+#include "core/worker.h"
 
 uint64_t now_ns(void)
 {

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../log.h"
-#include "../wire.h"
-#include "cuda_api.h"
+#include "util/log.h"
+#include "wire/wire.h"
+#include "gpu/cuda_api.h"
 #include "xfer.h"
 
 static struct cuda_api api;

@@ -1,4 +1,4 @@
-#include "mpmc_queue.h"
+#include "util/mpmc_queue.h"
 
 #include <errno.h>
 #include <stdlib.h>

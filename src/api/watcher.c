@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda_api.h"
-#include "engine.h"
+#include "gpu/cuda_api.h"
+#include "core/objects.h"
 
 struct xfer_watcher {
 	volatile uint64_t *word; /* its own 64-byte line, from the allocation below */

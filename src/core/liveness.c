@@ -11,8 +11,8 @@
  * on a saturated link, which is why the default allowance is generous. */
 #include <errno.h>
 
-#include "log.h"
-#include "worker.h"
+#include "util/log.h"
+#include "core/worker.h"
 
 #define SUSPECT_RETRY_NS 50000000ull
 

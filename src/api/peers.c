@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "log.h"
-#include "worker.h"
-#include "cuda/cuda_api.h"
+#include "core/objects.h"
+#include "util/log.h"
+#include "core/worker.h"
+#include "gpu/cuda_api.h"
 
 struct peer_add_args {
 	const struct wire_addr *a;

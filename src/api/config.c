@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "xfer.h"
 
 static void env_u32(const char *name, uint32_t *dst)

@@ -10,9 +10,9 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-#include "../backend.h"
-#include "../log.h"
-#include "ofi_nic.h"
+#include "backend/backend.h"
+#include "util/log.h"
+#include "backend/ofi/ofi.h"
 
 int ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest)
 {

@@ -4,8 +4,8 @@
 #include <sched.h>
 #include <string.h>
 
-#include "engine.h"
-#include "worker.h"
+#include "core/objects.h"
+#include "core/worker.h"
 
 #define WAIT_SPIN_NS 20000ull
 

@@ -2,7 +2,7 @@
  * allow, polls completions and delivers results. Everything it needs is
  * preallocated in worker_setup_buffers; the loop never allocates or locks. */
 
-#include "worker.h"
+#include "core/worker.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -11,7 +11,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "util/log.h"
 
 #define SCAN_INTERVAL_NS 1000000ull
 #define POLL_BATCH 32

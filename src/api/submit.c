@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "engine.h"
+#include "core/objects.h"
 
 static inline uint64_t trace_clock(xfer_engine_t *e)
 {

@@ -3,7 +3,7 @@
  * the cancelled operations can land any more. */
 #include <errno.h>
 
-#include "worker.h"
+#include "core/worker.h"
 
 static void cancel_finish(struct worker *w, struct cancel_rec *c, int res)
 {

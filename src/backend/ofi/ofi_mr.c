@@ -10,9 +10,9 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
-#include "../backend.h"
-#include "../log.h"
-#include "ofi_nic.h"
+#include "backend/backend.h"
+#include "util/log.h"
+#include "backend/ofi/ofi.h"
 
 #define ACCESS (FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ)
 

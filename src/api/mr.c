@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_api.h"
-#include "engine.h"
-#include "log.h"
+#include "gpu/cuda_api.h"
+#include "core/objects.h"
+#include "util/log.h"
 
 int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
 {

@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "worker.h"
+#include "util/log.h"
+#include "core/worker.h"
 
 int engine_bringup(xfer_engine_t *e, struct worker *w);
 

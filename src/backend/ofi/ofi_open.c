@@ -13,9 +13,9 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 
-#include "../backend.h"
-#include "../log.h"
-#include "ofi_nic.h"
+#include "backend/backend.h"
+#include "util/log.h"
+#include "backend/ofi/ofi.h"
 #include "xfer.h"
 
 int ofi_errno(int ret)
