@@ -4,8 +4,10 @@
 #include <sched.h>
 #include <string.h>
 
-#include "core/objects.h"
-#include "core/worker.h"
+#include "core/call.h"
+#include "core/deliver.h"
+#include "util/sys.h"
+#include "wire/msg.h"
 
 #define WAIT_SPIN_NS 20000ull
 
@@ -14,16 +16,12 @@ int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
 	int n = 0;
 	if (!e || !cqes || max < 0)
 		return -EINVAL;
-	while (n < max && mpmc_pop(&e->cq, &cqes[n]))
+	while (n < max && xi_mpmc_pop(&e->cq, &cqes[n]))
 		n++;
-	if (n == 0 && atomic_load(&e->stopped) && e->w && e->w->ov_count) {
-		/* Completions the worker could not queue before it stopped. */
-		pthread_mutex_lock(&e->ctl_lock);
-		worker_flush_overflow(e->w);
-		pthread_mutex_unlock(&e->ctl_lock);
-		while (n < max && mpmc_pop(&e->cq, &cqes[n]))
+	/* Completions the worker could not queue before it stopped. */
+	if (n == 0 && atomic_load(&e->stopped) && xi_deliver_after_stop(e))
+		while (n < max && xi_mpmc_pop(&e->cq, &cqes[n]))
 			n++;
-	}
 	return n;
 }
 
@@ -31,11 +29,11 @@ int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
 static int wait_for(atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
 		    int (*try)(void *), void *arg)
 {
-	uint64_t start = now_ns();
+	uint64_t start = xi_now_ns();
 	uint64_t end = timeout_ms > UINT64_MAX / 2000000ull ? UINT64_MAX : start + timeout_ms * 1000000ull;
 	int n;
 	while ((n = try(arg)) == 0) {
-		uint64_t now = now_ns();
+		uint64_t now = xi_now_ns();
 		if (now >= end)
 			return -ETIMEDOUT;
 		if (now - start < WAIT_SPIN_NS) {
@@ -49,7 +47,7 @@ static int wait_for(atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
 			return n;
 		}
 		uint64_t left_ms = (end - now + 999999) / 1000000;
-		futex_wait_ms(seq, s, left_ms > 100 ? 100 : left_ms);
+		xi_futex_wait_ms(seq, s, left_ms > 100 ? 100 : left_ms);
 		atomic_fetch_sub(waiters, 1);
 	}
 	return n;
@@ -77,24 +75,26 @@ int xfer_cq_wait(xfer_engine_t *e, struct xfer_cqe *cqes, int max, uint64_t time
 
 int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info)
 {
-	uint32_t slot, hdr[4];
+	uint32_t slot;
 	if (!e || (cap && !buf))
 		return -EINVAL;
 	if (e->attr.on_recv)
 		return -EINVAL;
-	if (!e->recv_bufs || !mpmc_pop(&e->inbox, &slot))
+	if (!e->recv_bufs || !xi_mpmc_pop(&e->inbox, &slot))
 		return 0;
+	/* The worker decoded this message when it arrived; its header holds. */
 	const uint8_t *b = e->recv_bufs + (size_t)slot * e->slot_bytes;
-	memcpy(hdr, b, MSG_HDR_BYTES);
-	size_t len = hdr[1];
-	memcpy(buf, b + MSG_HDR_BYTES, len < cap ? len : cap);
+	struct xi_msg m;
+	xi_msg_get_hdr(b, &m);
+	size_t len = m.len;
+	memcpy(buf, m.body, len < cap ? len : cap);
 	if (info) {
-		info->src_id = (uint64_t)hdr[2] | (uint64_t)hdr[3] << 32;
+		info->src_id = m.src_id;
 		info->len = len;
 	}
 	/* The repost queue holds every slot, so this push cannot fail. */
-	mpmc_push(&e->repost, &slot);
-	engine_kick(e);
+	xi_mpmc_push(&e->repost, &slot);
+	xi_engine_kick(e);
 	return 1;
 }
 

@@ -1,193 +1,22 @@
-/* Engine lifecycle: create, bring-up on the worker thread, stop, destroy. */
-
+/* Engine lifecycle (create, stop, destroy) and what an engine says about
+ * itself (address, NICs, statistics, traces). */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "api/mr.h"
+#include "core/bringup.h"
+#include "core/regions.h"
+#include "core/thread.h"
 #include "gpu/cuda_api.h"
 #include "util/log.h"
-#include "core/worker.h"
-
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t deadline_after_ms(uint64_t ms)
-{
-	if (ms == 0 || ms > UINT64_MAX / 2000000ull)
-		return UINT64_MAX;
-	return now_ns() + ms * 1000000ull;
-}
-
-void futex_wake_all(atomic_uint *word)
-{
-	syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-int futex_wait_ms(atomic_uint *word, unsigned expected, uint64_t timeout_ms)
-{
-	struct timespec ts = {.tv_sec = (time_t)(timeout_ms / 1000),
-			      .tv_nsec = (long)(timeout_ms % 1000) * 1000000L};
-	if (syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0))
-		return -errno;
-	return 0;
-}
-
-void engine_kick(xfer_engine_t *e)
-{
-	/* Pairs with the fence in sleep_idle: either the worker sees our push or
-	 * we see it asleep. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&e->worker_sleeping, memory_order_relaxed)) {
-		uint64_t one = 1;
-		ssize_t r = write(e->wake_fd, &one, sizeof(one));
-		(void)r;
-	}
-}
-
-int engine_call(xfer_engine_t *e, int (*fn)(xfer_engine_t *, void *), void *arg)
-{
-	struct engine_call call = {.fn = fn, .arg = arg};
-	struct sub s = {.kind = SUB_CALL, .peer = XFER_PEER_NONE, .u.call = &call};
-	int ret;
-	pthread_mutex_lock(&e->ctl_lock);
-	if (atomic_load(&e->stopping) || !e->thread_started) {
-		pthread_mutex_unlock(&e->ctl_lock);
-		return -ESHUTDOWN;
-	}
-	sem_init(&call.done, 0, 0);
-	while (!mpmc_push(&e->subq, &s)) {
-		engine_kick(e);
-		usleep(50);
-	}
-	engine_kick(e);
-	while (sem_wait(&call.done) && errno == EINTR)
-		;
-	sem_destroy(&call.done);
-	ret = call.result;
-	pthread_mutex_unlock(&e->ctl_lock);
-	return ret;
-}
-
-static int reg_internal(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out);
-
-static const struct backend_ops *backend_override;
-
-void engine_backend_override(const struct backend_ops *ops)
-{
-	backend_override = ops;
-}
-
-static int open_nics(xfer_engine_t *e)
-{
-	char *list = e->nics_req ? strdup(e->nics_req) : NULL, *save = NULL;
-	const char *name = list ? strtok_r(list, ",", &save) : NULL;
-	int ret = 0;
-	if (e->nics_req && !list)
-		return -ENOMEM;
-	do {
-		if (e->nnics == XFER_NIC_MAX) {
-			ret = -E2BIG;
-			break;
-		}
-		struct xfer_nic *nic = &e->nics[e->nnics];
-		nic->ops = &e->ops;
-		nic->index = e->nnics;
-		nic->want_hmem = e->gpu_native;
-		ret = e->ops.open(nic, e->provider_req, name);
-		if (ret) {
-			xerr("no usable NIC %s for provider %s: %s", name ? name : "(first)",
-			     e->provider_req, xfer_strerror(ret));
-			break;
-		}
-		/* All NICs of a group must speak the same provider. */
-		if (e->nnics && strcmp(nic->provider, e->nics[0].provider) != 0) {
-			e->ops.close(nic);
-			ret = -XFER_EPROVIDER;
-			break;
-		}
-		e->nnics++;
-	} while (name && (name = strtok_r(NULL, ",", &save)));
-	free(list);
-	return ret;
-}
-
-/* Runs on the worker thread, after pinning. */
-int engine_bringup(xfer_engine_t *e, struct worker *w)
-{
-	int ret = open_nics(e);
-	if (ret)
-		return ret;
-	e->recv_slots = e->attr.recv_count * e->nnics;
-	for (unsigned n = 0; n < e->nnics; n++) {
-		if (e->attr.recv_count > e->nics[n].rx_size)
-			return -EINVAL;
-	}
-	ret = worker_setup_buffers(w);
-	if (ret)
-		return ret;
-	size_t recv_bytes = (size_t)e->recv_slots * e->slot_bytes;
-	/* Three slots past SEND_BUFS hold the liveness PING, PONG and BYE, which
-	 * never change. */
-	size_t send_bytes = (size_t)(SEND_BUFS + 3) * e->slot_bytes;
-	e->recv_bufs = aligned_alloc(4096, (recv_bytes + 4095) & ~(size_t)4095);
-	e->send_bufs = aligned_alloc(4096, (send_bytes + 4095) & ~(size_t)4095);
-	void *sink = aligned_alloc(64, SINK_BYTES);
-	if (!e->recv_bufs || !e->send_bufs || !sink) {
-		free(sink);
-		return -ENOMEM;
-	}
-	memset(sink, 0, SINK_BYTES);
-	uint32_t probe[4] = {MSG_MAGIC_HB, 0, (uint32_t)e->id, (uint32_t)(e->id >> 32)};
-	memcpy(e->send_bufs + (size_t)SEND_BUFS * e->slot_bytes, probe, sizeof(probe));
-	probe[0] = MSG_MAGIC_PONG;
-	memcpy(e->send_bufs + (size_t)(SEND_BUFS + 1) * e->slot_bytes, probe, sizeof(probe));
-	probe[0] = MSG_MAGIC_BYE;
-	memcpy(e->send_bufs + (size_t)(SEND_BUFS + 2) * e->slot_bytes, probe, sizeof(probe));
-	if ((ret = reg_internal(e, sink, SINK_BYTES, &e->sink)))
-		return free(sink), ret;
-	if ((ret = reg_internal(e, e->recv_bufs, recv_bytes, &e->recv_mr)))
-		return ret;
-	if ((ret = reg_internal(e, e->send_bufs, send_bytes, &e->send_mr)))
-		return ret;
-	ret = mpmc_init(&e->inbox, e->recv_slots, sizeof(uint32_t));
-	if (!ret)
-		ret = mpmc_init(&e->repost, e->recv_slots, sizeof(uint32_t));
-	if (ret)
-		return ret;
-	worker_post_initial_recvs(w);
-	return 0;
-}
-
-/* mr.c */
-xfer_mr_t *mr_alloc(xfer_engine_t *e, void *buf, size_t len);
-int mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr);
-void mr_release_on_nics(xfer_engine_t *e, xfer_mr_t *mr);
-
-static int reg_internal(xfer_engine_t *e, void *buf, size_t len, xfer_mr_t **out)
-{
-	xfer_mr_t *mr = mr_alloc(e, buf, len);
-	if (!mr)
-		return -ENOMEM;
-	int ret = mr_register_on_nics(e, mr);
-	if (ret) {
-		free(mr);
-		return ret;
-	}
-	*out = mr;
-	return 0;
-}
+#include "util/sys.h"
+#include "wire/msg.h"
 
 static int validate_attr(const struct xfer_attr *a)
 {
@@ -219,63 +48,48 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	if (!e)
 		return -ENOMEM;
 	memset(e, 0, esize);
-	xlog_level = attr->log_level;
+	xi_log_level = attr->log_level;
 	e->attr = *attr;
 	e->provider_req = strdup(attr->provider ? attr->provider : "auto");
 	e->nics_req = attr->nics && *attr->nics ? strdup(attr->nics) : NULL;
 	e->attr.provider = e->provider_req;
 	e->attr.nics = e->nics_req;
-	e->ops = backend_override ? *backend_override : ofi_backend_ops;
-	backend_fill_stubs(&e->ops);
-	e->slot_bytes = (uint32_t)((MSG_HDR_BYTES + attr->msg_max + 63) & ~63u);
+	e->ops = *xi_backend_find(e->provider_req ? e->provider_req : "auto");
+	xi_backend_fill_stubs(&e->ops);
+	e->slot_bytes = (uint32_t)((XI_MSG_HDR + attr->msg_max + 63) & ~63u);
 	e->max_peers = MAX_PEERS_DEFAULT;
 	e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&e->ctl_lock, NULL);
 	do {
 		if (getrandom(&e->id, sizeof(e->id), 0) != sizeof(e->id))
-			e->id = now_ns() ^ ((uint64_t)getpid() << 32);
+			e->id = xi_now_ns() ^ ((uint64_t)getpid() << 32);
 	} while (e->id == 0);
 	atomic_init(&e->next_key, (e->id & 0xffffffffull) << 16);
 	atomic_init(&e->next_region_id, 1);
-	e->host_id = cuda_host_id();
+	e->host_id = xi_cuda_host_id();
 	const char *ipc = getenv("XFER_GPU_IPC");
 	e->gpu_ipc = !(ipc && !strcmp(ipc, "0"));
 	const char *native = getenv("XFER_GPU_NATIVE");
 	e->gpu_native = !native || !*native ? 1 : !strcmp(native, "0") ? 0 : !strcmp(native, "1") ? 2 : 1;
 	e->peers = calloc(e->max_peers, sizeof(*e->peers));
 	if (!e->provider_req || (attr->nics && *attr->nics && !e->nics_req) || e->wake_fd < 0 ||
-	    !e->peers) {
+	    !e->peers || xi_regions_init(e)) {
 		ret = -ENOMEM;
 		goto fail;
 	}
-	if ((ret = mpmc_init(&e->subq, attr->submit_depth, sizeof(struct sub))))
+	if ((ret = xi_mpmc_init(&e->subq, attr->submit_depth, sizeof(struct sub))))
 		goto fail;
-	if ((ret = mpmc_init(&e->cq, (size_t)attr->max_ops + attr->imm_slots, sizeof(struct xfer_cqe))))
+	if ((ret = xi_mpmc_init(&e->cq, (size_t)attr->max_ops + attr->imm_slots, sizeof(struct xfer_cqe))))
 		goto fail;
-	if ((ret = mpmc_init(&e->traces, 65536, sizeof(struct xfer_trace))))
+	if ((ret = xi_mpmc_init(&e->traces, 65536, sizeof(struct xfer_trace))))
 		goto fail;
-	if ((ret = worker_create(e)))
+	if ((ret = xi_worker_create(e)))
 		goto fail;
 	*out = e;
 	return 0;
 fail:
 	xfer_engine_destroy(e);
 	return ret;
-}
-
-/* mr.c keeps the list of user regions so that stop can release them. */
-void mr_release_all(xfer_engine_t *e);
-void mr_free_all(xfer_engine_t *e);
-
-static void release_internal(xfer_engine_t *e, xfer_mr_t **mr, bool free_buf)
-{
-	if (!*mr)
-		return;
-	mr_release_on_nics(e, *mr);
-	if (free_buf)
-		free((*mr)->buf);
-	free(*mr);
-	*mr = NULL;
 }
 
 void xfer_engine_stop(xfer_engine_t *e)
@@ -295,14 +109,8 @@ void xfer_engine_stop(xfer_engine_t *e)
 		pthread_join(e->thread, NULL);
 		e->thread_started = false;
 	}
-	/* The worker has exited: this thread may now touch the NICs. Regions go
-	 * before endpoints so nothing can land in memory the user frees next. */
-	mr_release_all(e);
-	release_internal(e, &e->sink, true);
-	release_internal(e, &e->recv_mr, false);
-	release_internal(e, &e->send_mr, false);
-	for (unsigned n = 0; n < e->nnics; n++)
-		e->ops.close(&e->nics[n]);
+	/* The worker has exited: this thread may now touch the NICs. */
+	xi_engine_teardown(e);
 	atomic_store(&e->stopped, true);
 }
 
@@ -311,15 +119,15 @@ void xfer_engine_destroy(xfer_engine_t *e)
 	if (!e)
 		return;
 	xfer_engine_stop(e);
-	mr_free_all(e);
-	worker_destroy(e);
-	mpmc_destroy(&e->subq);
-	mpmc_destroy(&e->cq);
-	mpmc_destroy(&e->inbox);
-	mpmc_destroy(&e->repost);
-	mpmc_destroy(&e->traces);
-	free(e->recv_bufs);
-	free(e->send_bufs);
+	xi_mr_free_all(e);
+	xi_regions_destroy(e);
+	xi_worker_destroy(e);
+	xi_mpmc_destroy(&e->subq);
+	xi_mpmc_destroy(&e->cq);
+	xi_mpmc_destroy(&e->inbox);
+	xi_mpmc_destroy(&e->repost);
+	xi_mpmc_destroy(&e->traces);
+	xi_engine_free_buffers(e);
 	free(e->peers);
 	if (e->wake_fd >= 0)
 		close(e->wake_fd);
@@ -363,13 +171,13 @@ int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need
 		a.nic[n].sink_base = e->sink->nic[n].base;
 		a.nic[n].sink_key = e->sink->nic[n].key;
 	}
-	return wire_addr_encode(&a, buf, cap, need);
+	return xi_wire_addr_encode(&a, buf, cap, need);
 }
 
 void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 {
 	xfer_engine_t *m = (xfer_engine_t *)e;
-	o->ops_submitted = atomic_load(&m->st.ops_submitted);
+	o->ops_submitted = atomic_load(&m->ops_submitted);
 	o->ops_completed = atomic_load(&m->st.ops_completed);
 	o->ops_failed = atomic_load(&m->st.ops_failed);
 	o->wrs_posted = atomic_load(&m->st.wrs_posted);
@@ -390,7 +198,7 @@ int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)
 	int n = 0;
 	if (!e || !out || max < 0)
 		return -EINVAL;
-	while (n < max && mpmc_pop(&e->traces, &out[n]))
+	while (n < max && xi_mpmc_pop(&e->traces, &out[n]))
 		n++;
 	return n;
 }

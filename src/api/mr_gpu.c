@@ -2,7 +2,7 @@
  * device memory in place (the provider has FI_HMEM), the region is handed to
  * the NICs as it is, through a dma-buf when the driver exports one, and
  * peers write straight into GPU memory. Otherwise a pinned host mirror
- * carries its bytes (the staged path, gpu_path.c). Either way a CUDA IPC
+ * carries its bytes (the staged path: core/path.c, core/notice.c). Either way a CUDA IPC
  * handle lets peers on this host copy GPU to GPU.
  *
  * One choice per region, not per NIC: the descriptor has one set of flags,
@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/mr_gpu.h"
 #include "gpu/cuda_api.h"
-#include "core/objects.h"
 #include "util/log.h"
 
-bool gpu_native_usable(const xfer_engine_t *e)
+static bool native_usable(const xfer_engine_t *e)
 {
 	if (!e->gpu_native || !e->nnics)
 		return false;
@@ -81,15 +81,15 @@ static int alloc_mirror(const struct cuda_api *c, xfer_mr_t *mr)
 	return 0;
 }
 
-int gpu_mr_prepare(xfer_engine_t *e, xfer_mr_t *mr, int dev)
+int xi_gpu_mr_prepare(xfer_engine_t *e, xfer_mr_t *mr, int dev)
 {
-	const struct cuda_api *c = cuda_get();
+	const struct cuda_api *c = xi_cuda_get();
 	mr->mem = (struct nic_mem){.cuda_dev = dev, .dmabuf_fd = -1};
-	if (!c || cuda_use_device(dev))
+	if (!c || xi_cuda_use_device(dev))
 		return -XFER_ENOGPU;
 	mr->gpu = dev;
 	take_ipc(c, mr);
-	if (gpu_native_usable(e)) {
+	if (native_usable(e)) {
 		mr->native = true;
 		export_dmabuf(e, c, mr);
 		return 0;
@@ -97,9 +97,9 @@ int gpu_mr_prepare(xfer_engine_t *e, xfer_mr_t *mr, int dev)
 	return alloc_mirror(c, mr);
 }
 
-int gpu_mr_fall_back(xfer_engine_t *e, xfer_mr_t *mr)
+int xi_gpu_mr_fall_back(xfer_engine_t *e, xfer_mr_t *mr)
 {
-	const struct cuda_api *c = cuda_get();
+	const struct cuda_api *c = xi_cuda_get();
 	/* A provider that says FI_HMEM but was built without CUDA (Debian's
 	 * libfabric) refuses every such registration: stop asking it. */
 	bool never = mr->native_err == -ENOSYS || mr->native_err == -EOPNOTSUPP;
@@ -108,15 +108,15 @@ int gpu_mr_fall_back(xfer_engine_t *e, xfer_mr_t *mr)
 			atomic_store(&e->nics[n].gpu_native, false);
 	xwarn("registering GPU memory in place failed (%s); %s through a pinned host mirror",
 	      xfer_strerror(mr->native_err), never ? "GPU regions of this engine go" : "this region goes");
-	gpu_mr_done(mr);
+	xi_gpu_mr_done(mr);
 	mr->native = false;
 	mr->native_err = 0;
-	if (!c || cuda_use_device(mr->gpu))
+	if (!c || xi_cuda_use_device(mr->gpu))
 		return -XFER_ENOGPU;
 	return alloc_mirror(c, mr);
 }
 
-void gpu_mr_done(xfer_mr_t *mr)
+void xi_gpu_mr_done(xfer_mr_t *mr)
 {
 	/* The NICs keep their own reference to a dma-buf they imported. */
 	if (mr->gpu >= 0 && mr->mem.dmabuf_fd >= 0)
@@ -124,10 +124,10 @@ void gpu_mr_done(xfer_mr_t *mr)
 	mr->mem.dmabuf_fd = -1;
 }
 
-void gpu_mr_free(xfer_mr_t *mr)
+void xi_gpu_mr_free(xfer_mr_t *mr)
 {
-	const struct cuda_api *c = cuda_get();
-	gpu_mr_done(mr);
+	const struct cuda_api *c = xi_cuda_get();
+	xi_gpu_mr_done(mr);
 	if (mr->gpu >= 0 && mr->reg_buf && c)
 		c->cuMemFreeHost(mr->reg_buf);
 	mr->reg_buf = NULL;

@@ -1,14 +1,12 @@
-/* Peers: parsing a peer's address, entering it in every NIC's address vector,
- * and importing descriptors of its regions. */
+/* Peers and groups: parsing a peer's address, entering it in every NIC's
+ * address vector, removal, and groups of peers for scatter and barrier. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/objects.h"
-#include "util/log.h"
-#include "core/worker.h"
-#include "gpu/cuda_api.h"
+#include "core/call.h"
+#include "core/liveness.h"
 
 struct peer_add_args {
 	const struct wire_addr *a;
@@ -53,9 +51,7 @@ filled:
 	p->engine_id = a->engine_id;
 	p->nnics = a->nnics;
 	p->msg_max = a->msg_max;
-	e->w->hb[i] = (struct peer_hb){.sent_at = now_ns()};
-	e->w->hb[i].last_pong = e->w->hb[i].sent_at;
-	worker_note_deadline(e->w, 0); /* let the next scan schedule its heartbeats */
+	xi_hb_peer_added(e->w, i);
 	atomic_store(&p->inflight, 0);
 	atomic_store(&p->state, PEER_LIVE);
 	pa->index = i;
@@ -67,13 +63,13 @@ int xfer_peer_add(xfer_engine_t *e, const void *addr, size_t len, xfer_peer_t *o
 	struct wire_addr a;
 	if (!e || !out)
 		return -EINVAL;
-	int ret = wire_addr_decode(addr, len, &a);
+	int ret = xi_wire_addr_decode(addr, len, &a);
 	if (ret)
 		return ret;
 	if (strcmp(a.provider, xfer_engine_provider(e)) != 0)
 		return -XFER_EPROVIDER;
 	struct peer_add_args pa = {.a = &a};
-	ret = engine_call(e, add_on_worker, &pa);
+	ret = xi_engine_call(e, add_on_worker, &pa);
 	if (ret)
 		return ret;
 	*out = pa.index;
@@ -99,10 +95,7 @@ static int remove_on_worker(xfer_engine_t *e, void *arg)
 		if (!shared)
 			e->ops.av_remove(&e->nics[n], p->dest[n]);
 	}
-	struct peer_hb *h = &e->w->hb[*(xfer_peer_t *)arg];
-	if (h->suspect)
-		e->w->nsuspect--;
-	*h = (struct peer_hb){0};
+	xi_hb_peer_removed(e->w, self);
 	atomic_store(&p->state, PEER_FREE);
 	return 0;
 }
@@ -111,7 +104,7 @@ int xfer_peer_remove(xfer_engine_t *e, xfer_peer_t peer)
 {
 	if (!e || peer >= e->max_peers)
 		return -EINVAL;
-	return engine_call(e, remove_on_worker, &peer);
+	return xi_engine_call(e, remove_on_worker, &peer);
 }
 
 uint64_t xfer_peer_id(const xfer_engine_t *e, xfer_peer_t peer)
@@ -170,55 +163,4 @@ int xfer_group_destroy(xfer_group_t *g)
 uint32_t xfer_group_size(const xfer_group_t *g)
 {
 	return g->n;
-}
-
-int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t len,
-		    xfer_rmr_t **out)
-{
-	struct wire_desc d;
-	if (!e || !out)
-		return -EINVAL;
-	if (atomic_load(&e->stopping))
-		return -ESHUTDOWN;
-	uint64_t owner = xfer_peer_id(e, peer);
-	if (!owner || xfer_peer_state(e, peer) != XFER_PEER_LIVE)
-		return xfer_peer_state(e, peer) == XFER_PEER_DEAD ? -XFER_EPEER : -ENOENT;
-	int ret = wire_desc_decode(desc, len, &d);
-	if (ret)
-		return ret;
-	if (d.engine_id != owner)
-		return -XFER_EFOREIGN;
-	if (d.nnics != e->peers[peer].nnics)
-		return -XFER_EBADWIRE;
-	xfer_rmr_t *r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	r->e = e;
-	r->peer = peer;
-	r->engine_id = d.engine_id;
-	r->len = d.len;
-	r->nnics = d.nnics;
-	memcpy(r->nic, d.nic, sizeof(r->nic));
-	r->flags = d.flags;
-	r->region_id = d.region_id;
-	r->host_id = d.host_id;
-	r->ipc_offset = d.ipc_offset;
-	memcpy(r->ipc, d.ipc, sizeof(r->ipc));
-	*out = r;
-	return 0;
-}
-
-void xfer_rmr_free(xfer_rmr_t *rmr)
-{
-	if (!rmr)
-		return;
-	const struct cuda_api *c = rmr->ipc_ptr ? cuda_get() : NULL;
-	if (c)
-		c->cuIpcCloseMemHandle(rmr->ipc_ptr);
-	free(rmr);
-}
-
-size_t xfer_rmr_len(const xfer_rmr_t *rmr)
-{
-	return rmr->len;
 }

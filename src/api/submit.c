@@ -4,11 +4,14 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core/objects.h"
+#include "core/call.h"
+#include "core/imm_counters.h"
+#include "core/op.h"
+#include "util/sys.h"
 
 static inline uint64_t trace_clock(xfer_engine_t *e)
 {
-	return e && atomic_load_explicit(&e->tracing, memory_order_relaxed) ? now_ns() : 0;
+	return e && atomic_load_explicit(&e->tracing, memory_order_relaxed) ? xi_now_ns() : 0;
 }
 
 /* Checked first so that a stopped engine says so rather than reporting the
@@ -35,21 +38,16 @@ static inline bool page_ok(uint64_t base, uint32_t idx, uint64_t stride, uint64_
 static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_completion *c,
 			    uint64_t t_call)
 {
+	uint64_t timeout = e->attr.timeout_ms;
 	s->t_call = t_call;
 	if (c) {
 		s->tag = c->tag;
-		s->signal = c->signal;
-		s->signal_value = c->signal_value;
-	}
-	uint64_t timeout = e->attr.timeout_ms;
-	if (c) {
-		s->user_data = c->user_data;
-		s->cb = c->cb;
-		s->cb_ctx = c->cb_ctx;
+		s->to = (struct xi_target){.user_data = c->user_data, .cb = c->cb, .cb_ctx = c->cb_ctx,
+					   .signal = c->signal, .signal_value = c->signal_value};
 		if (c->timeout_ms)
 			timeout = c->timeout_ms;
 	}
-	s->deadline_ns = deadline_after_ms(timeout);
+	s->to.deadline_ns = xi_deadline_after_ms(timeout);
 }
 
 static struct peer *live_peer(xfer_engine_t *e, xfer_peer_t peer)
@@ -103,23 +101,10 @@ static int max_msg_ok(const xfer_engine_t *e, uint64_t len)
 	return 0;
 }
 
-/* A scatter or barrier holds its group and every member: removing a member
- * (and reusing its index) while one is in flight would retarget it. */
-void group_ref(xfer_engine_t *e, struct xfer_group *g, int delta)
+static int submit(xfer_engine_t *e, struct sub *s)
 {
-	atomic_fetch_add_explicit(&g->inflight, (unsigned)delta, memory_order_relaxed);
-	for (uint32_t i = 0; i < g->n; i++)
-		atomic_fetch_add_explicit(&e->peers[g->peers[i]].inflight, (unsigned)delta,
-					  memory_order_relaxed);
-}
-
-static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
-{
-	struct xfer_group *g = s->kind == SUB_SCATTER ? s->u.scatter.group
-			       : s->kind == SUB_BARRIER ? s->u.barrier.group
-							: NULL;
 	if (atomic_load_explicit(&e->tracing, memory_order_relaxed))
-		s->t_enq = now_ns();
+		s->t_enq = xi_now_ns();
 	atomic_fetch_add(&e->submitters, 1);
 	if (atomic_load(&e->stopping)) {
 		atomic_fetch_sub(&e->submitters, 1);
@@ -127,28 +112,17 @@ static int submit(xfer_engine_t *e, struct sub *s, xfer_mr_t *mr)
 	}
 	/* References are taken before the push so that deregistering or removing
 	 * the peer sees them; the worker drops them when the op finishes. */
-	if (mr)
-		atomic_fetch_add_explicit(&mr->inflight, 1, memory_order_relaxed);
-	if (s->peer != XFER_PEER_NONE)
-		atomic_fetch_add_explicit(&e->peers[s->peer].inflight, 1, memory_order_relaxed);
-	if (g)
-		group_ref(e, g, 1);
-	bool ok = mpmc_push(&e->subq, s);
-	if (!ok) {
-		if (g)
-			group_ref(e, g, -1);
-		if (mr)
-			atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_relaxed);
-		if (s->peer != XFER_PEER_NONE)
-			atomic_fetch_sub_explicit(&e->peers[s->peer].inflight, 1, memory_order_relaxed);
-	}
+	xi_sub_ref(e, s);
+	bool ok = xi_mpmc_push(&e->subq, s);
+	if (!ok)
+		xi_sub_unref(e, s);
 	atomic_fetch_sub(&e->submitters, 1);
 	if (!ok) {
-		engine_kick(e);
+		xi_engine_kick(e);
 		return -EAGAIN;
 	}
-	atomic_fetch_add_explicit(&e->st.ops_submitted, 1, memory_order_relaxed);
-	engine_kick(e);
+	atomic_fetch_add_explicit(&e->ops_submitted, 1, memory_order_relaxed);
+	xi_engine_kick(e);
 	return 0;
 }
 
@@ -173,7 +147,7 @@ int xfer_send(xfer_engine_t *e, xfer_peer_t peer, const void *buf, size_t len,
 	s.u.send.buf = buf;
 	s.u.send.len = (uint32_t)len;
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, NULL);
+	return submit(e, &s);
 }
 
 int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_completion *c)
@@ -207,7 +181,7 @@ int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_c
 	s.u.write.dst_off = w->dst_off;
 	s.u.write.len = w->len;
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, w->src);
+	return submit(e, &s);
 }
 
 int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
@@ -236,7 +210,7 @@ int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
 	struct sub s = {.kind = SUB_PAGED, .peer = w->dst->peer, .flags = w->flags, .imm = w->imm};
 	s.u.paged = *w;
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, w->src);
+	return submit(e, &s);
 }
 
 int xfer_write_imm(xfer_engine_t *e, xfer_peer_t peer, uint32_t imm, const struct xfer_completion *c)
@@ -248,7 +222,7 @@ int xfer_write_imm(xfer_engine_t *e, xfer_peer_t peer, uint32_t imm, const struc
 		return peer_error(e, peer);
 	struct sub s = {.kind = SUB_IMM, .peer = peer, .flags = XFER_F_IMM, .imm = imm};
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, NULL);
+	return submit(e, &s);
 }
 
 int xfer_expect_imm(xfer_engine_t *e, uint32_t imm, uint32_t count, const struct xfer_completion *c)
@@ -259,21 +233,17 @@ int xfer_expect_imm(xfer_engine_t *e, uint32_t imm, uint32_t count, const struct
 	struct sub s = {.kind = SUB_EXPECT, .peer = XFER_PEER_NONE, .imm = imm};
 	s.u.expect.count = count;
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, NULL);
+	return submit(e, &s);
 }
 
 struct disarm_args {
 	uint32_t imm, arrived;
 };
 
-/* worker.h's imm_disarm, reached through the worker. */
-struct worker;
-int imm_disarm(struct worker *w, uint32_t imm, uint32_t *arrived);
-
 static int disarm_on_worker(xfer_engine_t *e, void *arg)
 {
 	struct disarm_args *d = arg;
-	return imm_disarm(e->w, d->imm, &d->arrived);
+	return xi_imm_disarm(e->w, d->imm, &d->arrived);
 }
 
 int xfer_imm_disarm(xfer_engine_t *e, uint32_t imm, uint32_t *arrived)
@@ -281,7 +251,7 @@ int xfer_imm_disarm(xfer_engine_t *e, uint32_t imm, uint32_t *arrived)
 	struct disarm_args d = {.imm = imm};
 	if (!e)
 		return -EINVAL;
-	int ret = engine_call(e, disarm_on_worker, &d);
+	int ret = xi_engine_call(e, disarm_on_worker, &d);
 	if (arrived)
 		*arrived = d.arrived;
 	return ret;
@@ -295,7 +265,7 @@ int xfer_cancel(xfer_engine_t *e, uint64_t tag, const struct xfer_completion *c)
 	struct sub s = {.kind = SUB_CANCEL, .peer = XFER_PEER_NONE};
 	fill_completion(e, &s, c, t_call);
 	s.tag = tag;
-	return submit(e, &s, NULL);
+	return submit(e, &s);
 }
 
 int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *sc,
@@ -311,10 +281,12 @@ int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *s
 		return ret;
 	if (sc->src && (sc->src->e != e || !sc->src->registered))
 		return -EINVAL;
+	uint8_t dst_flags = 0;
 	for (uint32_t i = 0; i < sc->n; i++) {
 		const struct xfer_scatter_entry *en = &sc->entries[i];
 		if (en->member >= g->n || !en->dst)
 			return -EINVAL;
+		dst_flags |= en->dst->flags;
 		if ((ret = check_rmr(e, en->dst)))
 			return ret;
 		if (en->dst->peer != g->peers[en->member])
@@ -332,11 +304,12 @@ int xfer_scatter(xfer_engine_t *e, xfer_group_t *g, const struct xfer_scatter *s
 	s.u.scatter.entries = sc->entries;
 	s.u.scatter.status = sc->status;
 	s.u.scatter.n = sc->n;
+	s.u.scatter.dst_flags = dst_flags;
 	if (sc->status)
 		for (uint32_t i = 0; i < sc->n; i++)
 			sc->status[i] = 0;
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, sc->src);
+	return submit(e, &s);
 }
 
 int xfer_barrier(xfer_engine_t *e, xfer_group_t *g, uint32_t imm, const struct xfer_completion *c)
@@ -347,5 +320,5 @@ int xfer_barrier(xfer_engine_t *e, xfer_group_t *g, uint32_t imm, const struct x
 	struct sub s = {.kind = SUB_BARRIER, .peer = XFER_PEER_NONE, .flags = XFER_F_IMM, .imm = imm};
 	s.u.barrier.group = g;
 	fill_completion(e, &s, c, t_call);
-	return submit(e, &s, NULL);
+	return submit(e, &s);
 }

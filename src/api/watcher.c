@@ -9,12 +9,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "gpu/cuda_api.h"
-#include "core/objects.h"
+#include "util/sys.h"
+#include "xfer.h"
 
 struct xfer_watcher {
 	volatile uint64_t *word; /* its own 64-byte line, from the allocation below */
@@ -32,22 +34,20 @@ static void *watch(void *arg)
 	struct xfer_watcher *w = arg;
 	/* The word was zeroed before this thread started: a bump that came first
 	 * is still reported, as (0, value). */
-	uint64_t last = 0, idle_since = now_ns();
+	uint64_t last = 0, idle_since = xi_now_ns();
 	while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
 		uint64_t v = __atomic_load_n(w->word, __ATOMIC_ACQUIRE);
 		if (v != last) {
 			w->cb(w->ctx, last, v);
 			last = v;
-			idle_since = now_ns();
+			idle_since = xi_now_ns();
 			continue;
 		}
-		if (now_ns() - idle_since > (uint64_t)w->spin_us * 1000) {
+		if (xi_now_ns() - idle_since > (uint64_t)w->spin_us * 1000) {
 			struct timespec ts = {0, 50000};
 			nanosleep(&ts, NULL);
 		}
-#if defined(__x86_64__)
-		__builtin_ia32_pause();
-#endif
+		xi_cpu_relax();
 	}
 	return NULL;
 }
@@ -59,9 +59,9 @@ int xfer_watcher_create(xfer_watch_fn cb, void *ctx, uint32_t spin_us, xfer_watc
 	struct xfer_watcher *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	const struct cuda_api *c = cuda_get();
+	const struct cuda_api *c = xi_cuda_get();
 	void *mem = NULL;
-	if (c && !cuda_use_device(0) &&
+	if (c && !xi_cuda_use_device(0) &&
 	    !c->cuMemHostAlloc(&mem, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) {
 		CUdeviceptr d = 0;
 		if (c->cuMemHostGetDevicePointer(&d, mem, 0)) {
@@ -103,7 +103,7 @@ void xfer_watcher_destroy(xfer_watcher_t *w)
 	atomic_store(&w->stop, true);
 	pthread_join(w->thread, NULL);
 	if (w->cuda)
-		cuda_get()->cuMemFreeHost((void *)w->word);
+		xi_cuda_get()->cuMemFreeHost((void *)w->word);
 	else
 		free((void *)w->word);
 	free(w);

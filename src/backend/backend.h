@@ -1,8 +1,11 @@
 /* The transport interface. A backend drives one NIC (a libfabric domain today;
- * a raw ibverbs device or a same-host GPU path later). Every slot of the ops
+ * a raw ibverbs device or a same-host path later). Every slot of the ops
  * table is filled: what a backend cannot do points at a stub returning
  * -EOPNOTSUPP, so the core never tests for NULL. All calls but discovery and
- * open happen on the NIC's worker thread only. */
+ * open happen on the NIC's worker thread only. Backends live in folders of
+ * their own under src/backend/ and are found through registry.c; they see
+ * nothing of the core (its state reaches them only as the contexts they
+ * hand back in events). */
 #ifndef XFER_BACKEND_H
 #define XFER_BACKEND_H
 
@@ -46,6 +49,12 @@ struct nic_mem {
 	void *dmabuf_base;      /* virtual address of the dma-buf's first byte */
 };
 
+/* What a registration allows (mr_reg's access). Internal bounce buffers are
+ * LOCAL, so that no peer can write into them; regions peers write into (the
+ * application's and the zero-length-write sink) are REMOTE_WRITE. */
+#define NIC_MR_LOCAL 0x0u        /* sends, receives, and the source of our writes */
+#define NIC_MR_REMOTE_WRITE 0x1u /* also the target of peers' writes */
+
 struct nic_write {
 	uint64_t dest;
 	const void *buf;
@@ -59,11 +68,14 @@ struct nic_write {
 
 struct backend_ops {
 	const char *name;
-	/* Opens the idx-th NIC that matches; -ENODEV when there is none. */
+	/* Opens the NIC named domain of provider (domain NULL: the first that
+	 * matches) and fills nic's description; -ENODEV when there is none. */
 	int (*open)(struct xfer_nic *nic, const char *provider, const char *domain);
 	void (*close)(struct xfer_nic *nic);
-	int (*mr_reg)(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, const struct nic_mem *mem,
-		      struct nic_mr *out);
+	/* key: the remote key to use where the application chooses them
+	 * (key_bits > 0); access: NIC_MR_*; mem: NULL for host memory. */
+	int (*mr_reg)(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, unsigned access,
+		      const struct nic_mem *mem, struct nic_mr *out);
 	void (*mr_dereg)(struct xfer_nic *nic, struct nic_mr *mr);
 	int (*av_insert)(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest);
 	int (*av_remove)(struct xfer_nic *nic, uint64_t dest);
@@ -79,8 +91,7 @@ struct backend_ops {
 };
 
 struct xfer_nic {
-	const struct backend_ops *ops;
-	void *priv;
+	void *priv; /* the backend's own state */
 	unsigned index;
 	char provider[32];
 	char domain[64];
@@ -100,9 +111,14 @@ struct xfer_nic {
 	bool delivery_complete; /* a completion means the data is at the target */
 };
 
-/* Fills every NULL slot of ops with a stub that fails with -EOPNOTSUPP. */
-void backend_fill_stubs(struct backend_ops *ops);
+/* stub.c: fills every NULL slot of ops with a stub that fails with
+ * -EOPNOTSUPP (or, for poll, finds nothing). */
+void xi_backend_fill_stubs(struct backend_ops *ops);
 
-extern struct backend_ops ofi_backend_ops;
+/* registry.c: the backend serving a provider name (never NULL: libfabric
+ * serves every name no other backend claims). */
+const struct backend_ops *xi_backend_find(const char *provider);
+/* Tests only: engines created from now on use ops, whatever the provider. */
+void xi_backend_override(const struct backend_ops *ops);
 
 #endif

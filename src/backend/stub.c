@@ -1,3 +1,4 @@
+/* What a backend leaves NULL in its ops table. */
 #include <errno.h>
 
 #include "backend/backend.h"
@@ -11,10 +12,10 @@ static void stub_close(struct xfer_nic *n)
 {
 	(void)n;
 }
-static int stub_mr_reg(struct xfer_nic *n, void *b, size_t l, uint64_t k, const struct nic_mem *m,
-		       struct nic_mr *o)
+static int stub_mr_reg(struct xfer_nic *n, void *b, size_t l, uint64_t k, unsigned a,
+		       const struct nic_mem *m, struct nic_mr *o)
 {
-	(void)n, (void)b, (void)l, (void)k, (void)m, (void)o;
+	(void)n, (void)b, (void)l, (void)k, (void)a, (void)m, (void)o;
 	return -EOPNOTSUPP;
 }
 static void stub_mr_dereg(struct xfer_nic *n, struct nic_mr *m)
@@ -62,7 +63,7 @@ static int stub_trywait(struct xfer_nic *n)
 	return 0;
 }
 
-void backend_fill_stubs(struct backend_ops *o)
+void xi_backend_fill_stubs(struct backend_ops *o)
 {
 #define FILL(slot) \
 	if (!o->slot)  \

@@ -1,37 +1,37 @@
-/* Cancellation by tag: cut short what is not yet posted, then wait until what
- * was posted has drained, so that the cancel's completion means nothing of
- * the cancelled operations can land any more. */
+#include "core/cancel.h"
+
 #include <errno.h>
 
+#include "core/deliver.h"
 #include "core/worker.h"
 
 static void cancel_finish(struct worker *w, struct cancel_rec *c, int res)
 {
 	c->used = false;
 	w->ncancels--;
-	signal_store(c->signal, c->signal_value);
-	worker_deliver(w, c->cb, c->cb_ctx, c->user_data, res, XFER_OP_CANCEL);
+	xi_deliver(w, &c->to, res, XFER_OP_CANCEL);
 }
 
-void cancel_start(struct worker *w, const struct sub *s)
+void xi_cancel_start(struct worker *w, const struct sub *s)
 {
 	unsigned i;
 	for (i = 0; i < MAX_CANCELS && w->cancels[i].used; i++)
 		;
 	if (i == MAX_CANCELS) {
-		worker_deliver(w, s->cb, s->cb_ctx, s->user_data, -ENOSPC, XFER_OP_CANCEL);
+		xi_deliver(w, &s->to, -ENOSPC, XFER_OP_CANCEL);
 		return;
 	}
 	struct cancel_rec *c = &w->cancels[i];
-	*c = (struct cancel_rec){.used = true, .tag = s->tag, .deadline_ns = s->deadline_ns,
-				 .user_data = s->user_data, .cb = s->cb, .cb_ctx = s->cb_ctx,
-				 .signal = s->signal, .signal_value = s->signal_value};
+	*c = (struct cancel_rec){.used = true, .tag = s->tag, .to = s->to};
 	w->ncancels++;
 	for (struct op *op = w->live.next_live; op != &w->live; op = op->next_live) {
 		if (op->s.tag != s->tag)
 			continue;
-		if (op->posted < op->total) {
-			op_fail(op, -ECANCELED);
+		/* Unposted requests, or a GPU copy whose notice is still to come:
+		 * cut, so that no immediate counts for what the caller gave up (an
+		 * op a deadline or failure cut already is not counted again). */
+		if (!op->cut && (op->posted < op->total || op->copies)) {
+			xi_op_fail(op, -ECANCELED);
 			c->cut++;
 		}
 		op->cancels |= 1ull << i;
@@ -40,10 +40,10 @@ void cancel_start(struct worker *w, const struct sub *s)
 	if (c->waiting == 0)
 		cancel_finish(w, c, (int)c->cut);
 	else
-		worker_note_deadline(w, c->deadline_ns);
+		xi_note_deadline(w, c->to.deadline_ns);
 }
 
-void cancel_op_finished(struct worker *w, struct op *op)
+void xi_cancel_release(struct worker *w, struct op *op)
 {
 	for (unsigned i = 0; op->cancels; i++) {
 		if (!(op->cancels & (1ull << i)))
@@ -55,7 +55,7 @@ void cancel_op_finished(struct worker *w, struct op *op)
 	}
 }
 
-void cancel_expire(struct worker *w, uint64_t now, uint64_t *next)
+void xi_cancel_expire(struct worker *w, uint64_t now, uint64_t *next)
 {
 	if (!w->ncancels)
 		return;
@@ -63,9 +63,9 @@ void cancel_expire(struct worker *w, uint64_t now, uint64_t *next)
 		struct cancel_rec *c = &w->cancels[i];
 		if (!c->used)
 			continue;
-		if (c->deadline_ns > now) {
-			if (c->deadline_ns < *next)
-				*next = c->deadline_ns;
+		if (c->to.deadline_ns > now) {
+			if (c->to.deadline_ns < *next)
+				*next = c->to.deadline_ns;
 			continue;
 		}
 		/* Not quiesced in time: report that, and stop tracking the ops. */

@@ -1,112 +1,140 @@
-/* Scatter entries into GPU regions. Entries are independent (one member's
- * failure does not stop the others), so each gets its own notice rather
- * than the op-wide notice phase of single and paged writes:
- *  - an entry into a staged region is written to the member's host mirror
- *    without its immediate. When that write completes, the request context
- *    (wr) that carried it becomes the entry's NOTICE, naming the range to
- *    copy to the GPU and the immediate to count only after the copy;
- *  - an entry into a GPU region on this host is copied (device to device,
- *    or host to device) through CUDA IPC and parked until its event fires;
- *    then the wr it reserved carries a notice with the count alone. Without
- *    XFER_F_IMM there is nothing to announce and no notice is sent.
- * A notice that cannot be posted yet (no credit or bounce buffer) waits in
- * the worker's notice list holding its wr; wrs are bounded, so is the list.
- * The op finishes once every entry's data and notice have completed, so its
- * one completion comes after every immediate it carries has been sent. */
+#include "core/notice.h"
+
 #include <errno.h>
-#include <string.h>
 
-#include "core/worker.h"
+#include "core/imm_counters.h"
+#include "core/liveness.h"
+#include "core/op.h"
+#include "core/regions.h"
+#include "core/tx.h"
+#include "gpu/gpu_copy.h"
+#include "util/log.h"
 
-static const struct xfer_scatter_entry *entry_of(const struct op *op, uint32_t i)
+/* ------------------------------------------------- a staged write's notices */
+
+static const xfer_rmr_t *dst_of(const struct op *op)
 {
-	return &op->s.u.scatter.entries[i];
+	return op->s.kind == SUB_WRITE ? op->s.u.write.dst : op->s.u.paged.dst;
 }
 
-static struct peer *member_of(xfer_engine_t *e, const struct op *op, uint32_t i)
+/* Ranges per notice: what the smaller of the two engines' receive buffers holds. */
+static uint32_t ranges_per_notice(const xfer_engine_t *e, const struct op *op)
 {
-	return &e->peers[op->s.u.scatter.group->peers[entry_of(op, i)->member]];
+	uint32_t room = e->peers[op->s.peer].msg_max;
+	return xi_notice_ranges_max(room < e->attr.msg_max ? room : e->attr.msg_max);
 }
 
-bool gpu_entry_staged(const struct op *op, uint32_t i)
+static uint32_t notice_count(const xfer_engine_t *e, const struct op *op)
 {
-	return (entry_of(op, i)->dst->flags & WIRE_DESC_STAGED) != 0;
+	if (op->s.kind == SUB_WRITE)
+		return 1;
+	uint32_t per = ranges_per_notice(e, op);
+	return (op->s.u.paged.npages + per - 1) / per;
 }
 
-int gpu_scatter_ipc(struct worker *w, struct op *op, uint32_t i, unsigned n)
+void xi_notice_phase(struct worker *w, struct op *op)
+{
+	op->phase = OP_NOTICES;
+	op->data_total = op->posted;
+	op->total = op->posted + notice_count(w->e, op);
+	xi_op_enqueue(w, op);
+}
+
+/* Notice k of a staged write: a single write's one range (its shards count
+ * as one immediate each), or the k-th run of a paged write's pages. */
+static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf)
+{
+	const struct sub *s = &op->s;
+	const bool imm = s->flags & XFER_F_IMM;
+	struct xi_notice n = {.region_id = dst_of(op)->region_id, .imm = s->imm};
+	struct wire_cursor c;
+	if (s->kind == SUB_WRITE) {
+		n.nranges = 1;
+		n.count = imm ? op->shards : 0;
+		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+		xi_notice_add(&c, s->u.write.dst_off, s->u.write.len);
+		return xi_notice_end(&c, &n);
+	}
+	const struct xfer_paged_write *pw = &s->u.paged;
+	uint32_t per = ranges_per_notice(e, op), first = k * per;
+	n.nranges = pw->npages - first < per ? pw->npages - first : per;
+	n.count = imm ? n.nranges : 0;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+	for (uint32_t i = first; i < first + n.nranges; i++)
+		xi_notice_add(&c, pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride, pw->page_len);
+	return xi_notice_end(&c, &n);
+}
+
+int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 {
 	xfer_engine_t *e = w->e;
-	const struct xfer_scatter_entry *en = entry_of(op, i);
-	xfer_rmr_t *r = (xfer_rmr_t *)en->dst;
-	if (gpu_rmr_path(e, r) != PATH_IPC)
-		return 0;
-	if (atomic_load_explicit(&member_of(e, op, i)->state, memory_order_relaxed) != PEER_LIVE)
+	const struct peer *p = &e->peers[op->s.peer];
+	if (!xi_peer_live(p))
 		return -XFER_EPEER;
-	xfer_mr_t *src = op->s.u.scatter.src;
-	int dev = src && src->gpu >= 0 ? src->gpu : 0;
-	/* Reserved now so that the notice never waits for a context. */
-	struct wr *wr = wr_get(w);
-	if (!wr)
+	if (!xi_tx_ready(w, n, TX_DATA))
 		return -EAGAIN;
-	void *st;
-	int ret = gpu_ipc_begin(w, r, dev, &st);
-	if (!ret)
-		ret = gpu_copy_to(w, st, r->ipc_ptr + r->ipc_offset + en->dst_off, src, en->src_off, en->len);
-	if (!ret)
-		ret = gpu_ipc_park(w, dev, op, wr);
-	if (ret) {
-		wr_put(w, wr);
-		/* The handle would not open: this entry and later ones go by NIC. */
-		return ret == -EIO && r->ipc_failed ? 0 : ret;
+	struct wr *wr = xi_tx_wr(w, TX_DATA);
+	uint32_t b;
+	uint8_t *buf = wr ? xi_tx_buf(w, &b) : NULL;
+	if (!buf) {
+		if (wr)
+			xi_tx_wr_put(w, wr);
+		return -EAGAIN;
 	}
-	wr->op = op;
-	wr->slot = i;
-	wr->nic = (uint8_t)n;
-	wr->kind = WR_NOTICE;
-	wr->sendbuf = UINT32_MAX;
-	return 1;
+	int len = build_op_notice(e, op, k, buf);
+	if (len < 0) {
+		xi_tx_buf_put(w, b);
+		xi_tx_wr_put(w, wr);
+		return len;
+	}
+	*wr = (struct wr){.op = op, .slot = op->data_total + k, .nic = (uint8_t)n, .kind = WR_OP,
+			  .sendbuf = UINT32_MAX};
+	int ret = xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
+	if (ret)
+		xi_tx_wr_put(w, wr);
+	return ret;
 }
 
-/* The body: region id, imm, count, ranges (one for a staged entry). */
-static size_t entry_notice_build(const struct op *op, uint32_t i, bool staged, uint8_t *buf)
+/* ------------------------------------------------ entry and copy notices */
+
+/* The notice of entry wr->slot: one range when its bytes wait in the
+ * member's mirror, none after a copy in place. A scatter entry counts one
+ * immediate; a copied single or paged write what its requests would have. */
+static int build_entry_notice(const xfer_engine_t *e, const struct wr *wr, uint8_t *buf)
 {
-	const struct xfer_scatter_entry *en = entry_of(op, i);
-	uint64_t id = en->dst->region_id;
-	uint32_t head[4] = {op->s.imm, (op->s.flags & XFER_F_IMM) ? 1u : 0u, staged ? 1u : 0u, 0};
-	memcpy(buf, &id, 8);
-	memcpy(buf + 8, head, 16);
-	if (!staged)
-		return NOTICE_HDR;
-	memcpy(buf + NOTICE_HDR, &en->dst_off, 8);
-	memcpy(buf + NOTICE_HDR + 8, &en->len, 8);
-	return NOTICE_HDR + 16;
+	const struct op *op = wr->op;
+	const struct sub *s = &op->s;
+	const struct xfer_scatter_entry *en = s->kind == SUB_SCATTER ? &s->u.scatter.entries[wr->slot] : NULL;
+	uint32_t count = en ? 1 : s->kind == SUB_WRITE ? op->shards : s->u.paged.npages;
+	struct xi_notice n = {.region_id = en ? en->dst->region_id : dst_of(op)->region_id, .imm = s->imm,
+			      .count = (s->flags & XFER_F_IMM) ? count : 0, .nranges = wr->staged ? 1 : 0};
+	struct wire_cursor c;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+	if (wr->staged)
+		xi_notice_add(&c, en->dst_off, en->len);
+	return xi_notice_end(&c, &n);
 }
 
 /* 0 posted, -EAGAIN (no credit or bounce buffer yet), or the error. */
 static int notice_try(struct worker *w, struct wr *wr)
 {
 	xfer_engine_t *e = w->e;
-	struct op *op = wr->op;
-	const struct peer *p = member_of(e, op, wr->slot);
+	const struct peer *p = &e->peers[xi_op_peer_of(wr->op, wr->slot)];
 	unsigned n = wr->nic;
-	if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_LIVE)
+	if (!xi_peer_live(p))
 		return -XFER_EPEER;
-	if (!w->credits[n] || !w->nfree_send)
+	if (!xi_tx_ready(w, n, TX_DATA))
 		return -EAGAIN;
-	uint32_t b = w->free_send[--w->nfree_send];
-	uint8_t *buf = e->send_bufs + (size_t)b * e->slot_bytes;
-	size_t body = entry_notice_build(op, wr->slot, wr->staged, buf + MSG_HDR_BYTES);
-	gpu_notice_frame(e, buf, body);
-	int ret = e->ops.post_send(&e->nics[n], p->dest[n], buf, MSG_HDR_BYTES + body,
-				   e->send_mr->nic[n].desc, wr);
-	if (ret) {
-		w->free_send[w->nfree_send++] = b;
-		return ret;
+	uint32_t b;
+	uint8_t *buf = xi_tx_buf(w, &b);
+	if (!buf)
+		return -EAGAIN;
+	int len = build_entry_notice(e, wr, buf);
+	if (len < 0) {
+		xi_tx_buf_put(w, b);
+		return len;
 	}
-	wr->sendbuf = b;
-	w->credits[n]--;
-	atomic_fetch_add_explicit(&e->st.wrs_posted, 1, memory_order_relaxed);
-	return 0;
+	return xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
 }
 
 static void notice_queue(struct worker *w, struct wr *wr)
@@ -125,25 +153,23 @@ static void notice_drop(struct worker *w, struct wr *wr, int status)
 	struct op *op = wr->op;
 	op->notices--;
 	if (op->cut)
-		scatter_entry_status(op, wr->slot, op->status ? op->status : status);
+		xi_op_entry_status(op, wr->slot, op->status ? op->status : status);
 	else
-		scatter_entry_failed(w, op, wr->slot, status);
-	wr_put(w, wr);
+		xi_request_failed(w, op, wr->slot, status);
+	xi_tx_wr_put(w, wr);
 }
 
-void gpu_entry_landed(struct worker *w, struct wr *wr, bool staged)
+void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 {
 	struct op *op = wr->op;
 	if (!staged && !(op->s.flags & XFER_F_IMM)) {
-		wr_put(w, wr); /* copied in place, nothing to count */
+		xi_tx_wr_put(w, wr); /* copied in place, nothing to count */
 		return;
 	}
 	wr->kind = WR_NOTICE;
 	wr->staged = staged;
 	wr->sendbuf = UINT32_MAX;
 	op->notices++;
-	/* Cut short (cancel, deadline, stop): no immediate for bytes the caller
-	 * gave up on, as for single writes. */
 	if (op->cut) {
 		notice_drop(w, wr, -ECANCELED);
 		return;
@@ -156,30 +182,31 @@ void gpu_entry_landed(struct worker *w, struct wr *wr, bool staged)
 		notice_drop(w, wr, ret);
 }
 
-void gpu_entry_copied(struct worker *w, struct wr *wr, int status)
+void xi_notice_copied(struct worker *w, struct wr *wr, int status)
 {
 	struct op *op = wr->op;
+	op->copies--;
 	op->done++;
 	if (status) {
-		scatter_entry_failed(w, op, wr->slot, status);
-		wr_put(w, wr);
+		xi_request_failed(w, op, wr->slot, status);
+		xi_tx_wr_put(w, wr);
 	} else {
-		gpu_entry_landed(w, wr, false);
+		xi_notice_landed(w, wr, false);
 	}
-	op_maybe_finish(w, op);
+	xi_op_try_finish(w, op);
 }
 
-void gpu_notice_done(struct worker *w, struct wr *wr, int status)
+void xi_notice_done(struct worker *w, struct wr *wr, int status)
 {
 	struct op *op = wr->op;
 	op->notices--;
 	if (status < 0)
-		scatter_entry_failed(w, op, wr->slot, status);
-	wr_put(w, wr);
-	op_maybe_finish(w, op);
+		xi_request_failed(w, op, wr->slot, status);
+	xi_tx_wr_put(w, wr);
+	xi_op_try_finish(w, op);
 }
 
-int gpu_notices_flush(struct worker *w)
+int xi_notice_flush(struct worker *w)
 {
 	int n = 0;
 	while (w->notice_head) {
@@ -193,8 +220,55 @@ int gpu_notices_flush(struct worker *w)
 			w->notice_tail = NULL;
 		if (ret)
 			notice_drop(w, wr, ret);
-		op_maybe_finish(w, op);
+		xi_op_try_finish(w, op);
 		n++;
 	}
 	return n;
+}
+
+bool xi_notice_waiting(const struct worker *w)
+{
+	return w->notice_head != NULL;
+}
+
+void xi_notice_forget(struct worker *w)
+{
+	w->notice_head = w->notice_tail = NULL;
+}
+
+/* ----------------------------------------------------------- the receiver */
+
+void xi_notice_received(struct worker *w, const struct xi_notice *n)
+{
+	xfer_engine_t *e = w->e;
+	if (n->nranges) {
+		xfer_mr_t *mr = xi_regions_find(e, n->region_id);
+		/* Ranges name mirror bytes: a region written in place has none. */
+		if (!w->gpu || !mr || mr->gpu < 0 || !mr->reg_buf || !mr->registered) {
+			xwarn("dropping a notice for region %llu: not a live GPU region here",
+			      (unsigned long long)n->region_id);
+			return;
+		}
+		for (uint32_t i = 0; i < n->nranges; i++) {
+			uint64_t off, len;
+			xi_notice_range(n, i, &off, &len);
+			if (off > mr->len || len > mr->len - off) {
+				xwarn("dropping a notice with a range outside region %llu",
+				      (unsigned long long)n->region_id);
+				return;
+			}
+		}
+		int ret = 0;
+		for (uint32_t i = 0; i < n->nranges && !ret; i++) {
+			uint64_t off, len;
+			xi_notice_range(n, i, &off, &len);
+			ret = xi_gpu_stage_htod(w->gpu, mr->gpu, (uint64_t)(uintptr_t)mr->buf + off,
+						(const uint8_t *)mr->reg_buf + off, len);
+		}
+		if (ret || xi_gpu_stage_wait(w->gpu, mr->gpu)) {
+			xerr("copy to GPU failed; immediates of this notice withheld");
+			return;
+		}
+	}
+	xi_imm_arrived(w, n->imm, n->count);
 }

@@ -1,29 +1,28 @@
-/* Internal layout of an engine. One domain group (a worker thread and the
- * 1..XFER_NIC_MAX NICs it owns) does all the work; application threads only
- * validate requests and hand them over through lock-free queues. */
-#ifndef XFER_ENGINE_H
-#define XFER_ENGINE_H
+/* The objects behind the public handles (engine, regions, remote regions,
+ * peers, groups) and the submission that carries a request from an
+ * application thread to the worker. Shared by the core and the API layer;
+ * the worker's private state is in core/worker.h. One domain group (a
+ * worker thread and the 1..XFER_NIC_MAX NICs it owns) does all the work;
+ * application threads only validate requests and hand them over through
+ * lock-free queues. */
+#ifndef XFER_CORE_OBJECTS_H
+#define XFER_CORE_OBJECTS_H
 
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "util/imm_table.h"
+#include "util/idmap.h"
 #include "util/mpmc_queue.h"
+#include "util/target.h"
 #include "wire/wire.h"
 #include "xfer.h"
 
-#define MSG_HDR_BYTES 16
-#define MSG_MAGIC 0x58464d53u    /* "XFMS": an application message */
-#define MSG_MAGIC_HB 0x58464842u   /* "XFHB": a liveness probe, never delivered */
-#define MSG_MAGIC_PONG 0x58465047u /* "XFPG": the answer to a probe */
-#define MSG_MAGIC_BYE 0x58464259u  /* "XFBY": the sender's engine is stopping */
-#define MSG_MAGIC_NOTICE 0x58464e54u /* "XFNT": data for a GPU region landed or was copied */
-#define NOTICE_HDR 24u
-#define SEND_BUFS 128
+#define SEND_BUFS 128 /* SEND bounce buffers of an engine (core/tx.c) */
 #define SINK_BYTES 64
 #define MAX_PEERS_DEFAULT 1024
 
@@ -36,10 +35,10 @@ enum sub_kind {
 	SUB_CANCEL = XFER_OP_CANCEL,
 	SUB_SCATTER = XFER_OP_SCATTER,
 	SUB_BARRIER = XFER_OP_BARRIER,
-	SUB_CALL = 16, /* run a control function on the worker */
+	SUB_CALL = 16, /* run a control function on the worker (core/call.c) */
 };
 
-struct engine_call {
+struct xi_call {
 	int (*fn)(struct xfer_engine *e, void *arg);
 	void *arg;
 	int result;
@@ -53,13 +52,8 @@ struct sub {
 	uint32_t flags;
 	uint32_t imm;
 	uint32_t peer;
-	uint64_t user_data;
-	xfer_complete_fn cb;
-	void *cb_ctx;
-	uint64_t deadline_ns;
+	struct xi_target to;
 	uint64_t tag;
-	volatile uint64_t *signal;
-	uint64_t signal_value;
 	uint64_t t_call, t_enq; /* only when tracing */
 	union {
 		struct {
@@ -81,18 +75,19 @@ struct sub {
 			const struct xfer_scatter_entry *entries;
 			int32_t *status;
 			uint32_t n;
+			uint8_t dst_flags; /* WIRE_DESC_* of all entries' regions, or'ed */
 		} scatter;
 		struct {
 			struct xfer_group *group;
 		} barrier;
-		struct engine_call *call;
+		struct xi_call *call;
 	} u;
 };
 
 struct xfer_mr {
 	xfer_engine_t *e;
-	struct xfer_mr *prev, *next; /* the engine's list of user regions */
 	bool registered;
+	bool listed;     /* in the engine's region table (core/regions.c) */
 	void *buf;
 	size_t len;
 	uint64_t id;     /* names the region in notices */
@@ -100,6 +95,7 @@ struct xfer_mr {
 	void *reg_buf;   /* the pinned host mirror of staged GPU memory, else NULL (NICs see buf) */
 	bool native;     /* GPU memory registered in place on every NIC (FI_HMEM) */
 	int native_err;  /* why that registration failed, before falling back to a mirror */
+	unsigned access; /* NIC_MR_*: user regions and the sink are remote-writable */
 	struct nic_mem mem; /* how native GPU memory is described to the NICs */
 	bool has_ipc;
 	uint8_t ipc[64]; /* CUDA IPC handle of the allocation holding buf */
@@ -108,6 +104,12 @@ struct xfer_mr {
 	bool revoked;
 	struct nic_mr nic[XFER_NIC_MAX];
 };
+
+/* The bytes the NICs read and write: the host mirror of a staged GPU region. */
+static inline uint8_t *xi_mr_nic_bytes(const xfer_mr_t *mr)
+{
+	return (uint8_t *)(mr->reg_buf ? mr->reg_buf : mr->buf);
+}
 
 struct xfer_group {
 	xfer_engine_t *e;
@@ -142,88 +144,81 @@ struct peer {
 	struct wire_rkey sink[XFER_NIC_MAX]; /* per local NIC */
 };
 
-struct worker; /* worker.c */
+static inline bool xi_peer_live(const struct peer *p)
+{
+	return atomic_load_explicit(&p->state, memory_order_relaxed) == PEER_LIVE;
+}
 
+struct worker; /* core/worker.h: the worker thread's private state */
+
+/* Fields are grouped by who writes them, each group on its own cache lines:
+ * an application thread's submission must not invalidate a line the worker
+ * reads on every loop (stopping, peers), nor the worker's counters a line
+ * every submitter writes. The static asserts below keep it so. */
 struct xfer_engine {
+	/* Set at creation, read by everyone. */
 	struct xfer_attr attr;
 	char *provider_req, *nics_req;
 	uint64_t id;
 	unsigned nnics;
 	struct xfer_nic nics[XFER_NIC_MAX];
 	struct backend_ops ops;
+	uint32_t max_peers;
+	struct peer *peers;
+	struct worker *w;
+	uint64_t host_id;
+	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
+	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
+	atomic_bool tracing;
+	pthread_t thread;
+	bool thread_started;
+
+	/* Set at bring-up (core/bringup.c). */
+	xfer_mr_t *sink;    /* target of immediate-only writes */
+	xfer_mr_t *recv_mr; /* bouncing receive buffers, all NICs */
+	xfer_mr_t *send_mr; /* bounce buffers for outgoing SENDs, then the probes */
+	uint8_t *recv_bufs, *send_bufs;
+	uint32_t recv_slots; /* recv_count * nnics */
+	uint32_t slot_bytes; /* msg_max + header */
+
+	/* The control path (serialized by ctl_lock, run on the worker). */
+	pthread_mutex_t ctl_lock;
+	struct xi_idmap regions; /* user regions by id (core/regions.c) */
+	atomic_uint_fast64_t next_key;
+	atomic_uint_fast64_t next_region_id;
 
 	struct mpmc_queue subq;   /* struct sub: application -> worker */
 	struct mpmc_queue cq;     /* struct xfer_cqe: worker -> application */
 	struct mpmc_queue inbox;  /* uint32 receive slot: worker -> application */
 	struct mpmc_queue repost; /* uint32 receive slot: application -> worker */
 	struct mpmc_queue traces; /* struct xfer_trace: worker -> benchmark */
-	atomic_bool tracing;
 
+	/* Written once at stop; read by the worker every loop and by submitters. */
+	_Alignas(64) atomic_bool stopping;
+	atomic_bool stopped;
+	/* Written by every submission. */
+	_Alignas(64) atomic_uint submitters; /* submissions between their stop check and push */
+	atomic_uint_fast64_t ops_submitted;
+	/* Sleep and wake handshakes, one line each. */
 	_Alignas(64) atomic_uint worker_sleeping;
 	int wake_fd;
 	_Alignas(64) atomic_uint cq_seq;
 	atomic_uint cq_waiters;
 	_Alignas(64) atomic_uint inbox_seq;
 	atomic_uint inbox_waiters;
-	_Alignas(64) atomic_bool stopping;
-	atomic_bool stopped;
-	atomic_uint submitters; /* submissions between their stop check and push */
-
-	uint32_t max_peers;
-	struct peer *peers;
-	pthread_mutex_t ctl_lock; /* serializes control calls, never the data path */
-
-	xfer_mr_t user_mrs;  /* sentinel of the list of user regions */
-	uint32_t nregions;
-	xfer_mr_t *sink;     /* target of immediate-only writes */
-	xfer_mr_t *recv_mr;  /* bouncing receive buffers, all NICs */
-	xfer_mr_t *send_mr;  /* bounce buffers for outgoing SENDs */
-	uint8_t *recv_bufs, *send_bufs;
-	uint32_t recv_slots; /* recv_count * nnics */
-	uint32_t slot_bytes; /* msg_max + header */
-	atomic_uint_fast64_t next_key;
-	atomic_uint_fast64_t next_region_id;
-	uint64_t host_id;
-	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
-	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
-
-	struct worker *w;
-	pthread_t thread;
-	bool thread_started;
-
-	struct {
-		atomic_uint_fast64_t ops_submitted, ops_completed, ops_failed, wrs_posted,
-			bytes_written, imms_received, imms_dropped, msgs_received, worker_sleeps;
+	/* Written by the worker. */
+	_Alignas(64) struct {
+		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
+			imms_dropped, msgs_received, worker_sleeps;
 	} st;
 };
 
-uint64_t now_ns(void);
-void group_ref(xfer_engine_t *e, struct xfer_group *g, int delta);
-uint64_t deadline_after_ms(uint64_t ms);
-
-/* Runs fn on the worker thread and returns its result (control path). */
-int engine_call(xfer_engine_t *e, int (*fn)(xfer_engine_t *, void *), void *arg);
-/* Wakes the worker if it sleeps; called after every push to its queues. */
-void engine_kick(xfer_engine_t *e);
-void futex_wake_all(atomic_uint *word);
-int futex_wait_ms(atomic_uint *word, unsigned expected, uint64_t timeout_ms);
-
-/* Tests only: engines created from now on use ops instead of libfabric's. */
-void engine_backend_override(const struct backend_ops *ops);
-
-/* gpu_mr.c: how a GPU region reaches the NICs. */
-bool gpu_native_usable(const xfer_engine_t *e);
-/* Readies a region of device `dev` for registration: in place on NICs with
- * FI_HMEM (with a dma-buf where possible), else with a pinned host mirror. */
-int gpu_mr_prepare(xfer_engine_t *e, xfer_mr_t *mr, int dev);
-/* Registering in place failed (mr->native_err): mirror the region instead. */
-int gpu_mr_fall_back(xfer_engine_t *e, xfer_mr_t *mr);
-/* Registration is over: the dma-buf fd, if any, is closed. */
-void gpu_mr_done(xfer_mr_t *mr);
-void gpu_mr_free(xfer_mr_t *mr);
-
-int worker_create(xfer_engine_t *e);
-void worker_destroy(xfer_engine_t *e);
-void *worker_main(void *arg);
+#define XI_LINE(f) (offsetof(struct xfer_engine, f) / 64)
+_Static_assert(XI_LINE(submitters) != XI_LINE(stopping), "submitters false-share with stopping");
+_Static_assert(XI_LINE(submitters) != XI_LINE(peers), "submitters false-share with peers");
+_Static_assert(XI_LINE(ops_submitted) != XI_LINE(st.ops_completed),
+	       "submit-side and worker-side counters false-share");
+_Static_assert(XI_LINE(stopping) != XI_LINE(worker_sleeping), "stopping false-shares with the sleep flag");
+#undef XI_LINE
 
 #endif

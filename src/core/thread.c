@@ -10,19 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util/log.h"
+#include "core/bringup.h"
+#include "core/loop.h"
 #include "core/worker.h"
-
-int engine_bringup(xfer_engine_t *e, struct worker *w);
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
-int topology_pin_near(const char *ifname);
+#include "gpu/gpu_copy.h"
+#include "util/log.h"
+#include "util/sys.h"
+#include "util/topology.h"
 
 static void pin(xfer_engine_t *e, int cpu)
 {
@@ -31,7 +25,7 @@ static void pin(xfer_engine_t *e, int cpu)
 		char first[64] = "";
 		if (e->nics_req)
 			sscanf(e->nics_req, "%63[^,]", first);
-		int got = first[0] ? topology_pin_near(first) : -ENODEV;
+		int got = first[0] ? xi_topology_pin_near(first) : -ENODEV;
 		if (got >= 0)
 			xinfo("worker pinned near %s (CPU %d first)", first, got);
 		else
@@ -80,9 +74,8 @@ static void sleep_idle(struct worker *w, uint64_t now)
 	xfer_engine_t *e = w->e;
 	atomic_store(&e->worker_sleeping, 1);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!mpmc_empty_hint(&e->subq) || !mpmc_empty_hint(&e->repost) ||
-	    atomic_load(&e->stopping) || w->post_head || w->ov_count || w->gpu_count ||
-	    w->notice_head)
+	if (!xi_mpmc_empty_hint(&e->subq) || !xi_mpmc_empty_hint(&e->repost) ||
+	    atomic_load(&e->stopping) || xi_worker_busy(w))
 		goto awake;
 	for (unsigned n = 0; n < e->nnics; n++)
 		if (e->ops.trywait(&e->nics[n]) != 0)
@@ -123,10 +116,9 @@ static void *worker_main_impl(struct worker_start *st)
 	if (w) {
 		w->e = e;
 		w->epfd = -1;
-		w->cuda_dev = -1;
 		w->doze_ns = 20000;
 		e->w = w;
-		ret = engine_bringup(e, w);
+		ret = xi_engine_bringup(e, w);
 		if (!ret)
 			ret = setup_epoll(w);
 	}
@@ -136,10 +128,10 @@ static void *worker_main_impl(struct worker_start *st)
 		return NULL;
 
 	const uint64_t spin_ns = (uint64_t)e->attr.spin_us * 1000;
-	uint64_t idle_since = now_ns();
+	uint64_t idle_since = xi_now_ns();
 	while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
-		uint64_t now = now_ns();
-		if (worker_loop_once(w, now)) {
+		uint64_t now = xi_now_ns();
+		if (xi_worker_loop_once(w, now)) {
 			idle_since = now;
 			w->doze_ns = 20000;
 			continue;
@@ -152,17 +144,19 @@ static void *worker_main_impl(struct worker_start *st)
 		}
 		sleep_idle(w, now);
 	}
-	worker_quiesce(w, -ECANCELED);
-	gpu_release(w);
+	xi_worker_quiesce(w, -ECANCELED);
+	/* Its CUDA streams and events go with the thread that used them. */
+	xi_gpu_destroy(w->gpu);
+	w->gpu = NULL;
 	return NULL;
 }
 
-void *worker_main(void *arg)
+static void *worker_main(void *arg)
 {
 	return worker_main_impl(arg);
 }
 
-int worker_create(xfer_engine_t *e)
+int xi_worker_create(xfer_engine_t *e)
 {
 	struct worker_start st = {.e = e};
 	sem_init(&st.ready, 0, 0);
@@ -182,20 +176,15 @@ int worker_create(xfer_engine_t *e)
 	return st.result;
 }
 
-void worker_destroy(xfer_engine_t *e)
+void xi_worker_destroy(xfer_engine_t *e)
 {
 	struct worker *w = e->w;
 	if (!w)
 		return;
 	if (w->epfd >= 0)
 		close(w->epfd);
-	imm_table_destroy(&w->imm);
-	free(w->ops);
-	free(w->wrs);
-	free(w->recv_wrs);
-	free(w->free_send);
-	free(w->overflow);
-	free(w->hb);
+	xi_gpu_destroy(w->gpu); /* bring-up failed before the loop started */
+	xi_worker_free(w);
 	free(w);
 	e->w = NULL;
 }

@@ -76,15 +76,15 @@ struct cuda_api {
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */
-const struct cuda_api *cuda_get(void);
+const struct cuda_api *xi_cuda_get(void);
 /* Makes device `dev`'s primary context current on the calling thread. */
-int cuda_use_device(int dev);
+int xi_cuda_use_device(int dev);
 /* Device ordinal owning ptr when it is CUDA device memory, else -1. */
-int cuda_device_of(const void *ptr);
+int xi_cuda_device_of(const void *ptr);
 /* Identifies this host among peers (same-host transports need it). */
-uint64_t cuda_host_id(void);
-/* Tests only: make cuda_get() return api (a fake driver) from now on. Call
+uint64_t xi_cuda_host_id(void);
+/* Tests only: make xi_cuda_get() return api (a fake driver) from now on. Call
  * it before any engine exists. */
-void cuda_api_override(const struct cuda_api *api);
+void xi_cuda_api_override(const struct cuda_api *api);
 
 #endif

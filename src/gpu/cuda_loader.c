@@ -71,12 +71,12 @@ static void load(void)
 	api_state = 1;
 }
 
-void cuda_api_override(const struct cuda_api *a)
+void xi_cuda_api_override(const struct cuda_api *a)
 {
 	fake = a;
 }
 
-const struct cuda_api *cuda_get(void)
+const struct cuda_api *xi_cuda_get(void)
 {
 	if (fake)
 		return fake;
@@ -84,9 +84,9 @@ const struct cuda_api *cuda_get(void)
 	return api_state == 1 ? &api : NULL;
 }
 
-int cuda_use_device(int dev)
+int xi_cuda_use_device(int dev)
 {
-	const struct cuda_api *c = cuda_get();
+	const struct cuda_api *c = xi_cuda_get();
 	CUdevice d;
 	CUcontext ctx;
 	if (!c)
@@ -96,9 +96,9 @@ int cuda_use_device(int dev)
 	return 0;
 }
 
-int cuda_device_of(const void *ptr)
+int xi_cuda_device_of(const void *ptr)
 {
-	const struct cuda_api *c = cuda_get();
+	const struct cuda_api *c = xi_cuda_get();
 	unsigned type = 0;
 	int dev = -1;
 	if (!c)
@@ -112,7 +112,7 @@ int cuda_device_of(const void *ptr)
 	return dev;
 }
 
-uint64_t cuda_host_id(void)
+uint64_t xi_cuda_host_id(void)
 {
 	/* The kernel's boot id differs between hosts and survives processes. */
 	char id[64] = {0};
@@ -122,11 +122,11 @@ uint64_t cuda_host_id(void)
 			id[0] = 0;
 		fclose(f);
 	}
-	uint64_t h = wire_crc32(id, strlen(id));
-	return (h << 32) | wire_crc32(id, strlen(id) / 2);
+	uint64_t h = xi_wire_crc32(id, strlen(id));
+	return (h << 32) | xi_wire_crc32(id, strlen(id) / 2);
 }
 
 int xfer_cuda_available(void)
 {
-	return cuda_get() ? 1 : -XFER_ENOGPU;
+	return xi_cuda_get() ? 1 : -XFER_ENOGPU;
 }

@@ -13,7 +13,7 @@ static inline uint32_t hash32(uint32_t x)
 	return x;
 }
 
-int imm_table_init(struct imm_table *t, uint32_t limit)
+int xi_imm_table_init(struct imm_table *t, uint32_t limit)
 {
 	uint32_t cap = 16;
 	if (limit == 0 || limit > (1u << 24))
@@ -30,13 +30,13 @@ int imm_table_init(struct imm_table *t, uint32_t limit)
 	return 0;
 }
 
-void imm_table_destroy(struct imm_table *t)
+void xi_imm_table_destroy(struct imm_table *t)
 {
 	free(t->slots);
 	t->slots = NULL;
 }
 
-struct imm_entry *imm_table_get(struct imm_table *t, uint32_t imm, bool create)
+struct imm_entry *xi_imm_table_get(struct imm_table *t, uint32_t imm, bool create)
 {
 	for (uint32_t i = hash32(imm) & t->mask;; i = (i + 1) & t->mask) {
 		struct imm_entry *e = &t->slots[i];
@@ -45,7 +45,7 @@ struct imm_entry *imm_table_get(struct imm_table *t, uint32_t imm, bool create)
 		if (!e->used) {
 			if (!create || t->used >= t->limit)
 				return NULL;
-			*e = (struct imm_entry){.imm = imm, .used = true, .deadline_ns = UINT64_MAX};
+			*e = (struct imm_entry){.imm = imm, .used = true, .to.deadline_ns = UINT64_MAX};
 			t->used++;
 			return e;
 		}
@@ -54,7 +54,7 @@ struct imm_entry *imm_table_get(struct imm_table *t, uint32_t imm, bool create)
 
 /* Backward-shift deletion: later entries of the same probe run move up so that
  * lookups never stop early at the hole (no tombstones to clean up). */
-void imm_table_release(struct imm_table *t, struct imm_entry *e)
+void xi_imm_table_release(struct imm_table *t, struct imm_entry *e)
 {
 	uint32_t hole = (uint32_t)(e - t->slots);
 	e->used = false;

@@ -7,19 +7,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "xfer.h"
+#include "util/target.h"
 
 struct imm_entry {
 	uint32_t imm;
 	uint32_t count;    /* arrivals not yet consumed by an expectation */
 	uint32_t expected; /* 0: not armed */
 	bool used;
-	uint64_t deadline_ns; /* UINT64_MAX: none */
-	uint64_t user_data;
-	xfer_complete_fn cb;
-	void *cb_ctx;
-	volatile uint64_t *signal;
-	uint64_t signal_value;
+	struct xi_target to; /* the armed expectation's completion (deadline UINT64_MAX: none) */
 };
 
 struct imm_table {
@@ -28,11 +23,11 @@ struct imm_table {
 	uint32_t used, limit, armed;
 };
 
-int imm_table_init(struct imm_table *t, uint32_t limit);
-void imm_table_destroy(struct imm_table *t);
+int xi_imm_table_init(struct imm_table *t, uint32_t limit);
+void xi_imm_table_destroy(struct imm_table *t);
 /* Finds the entry for imm, creating it when create is set; NULL when full. */
-struct imm_entry *imm_table_get(struct imm_table *t, uint32_t imm, bool create);
+struct imm_entry *xi_imm_table_get(struct imm_table *t, uint32_t imm, bool create);
 /* Frees an entry that is neither armed nor counting. */
-void imm_table_release(struct imm_table *t, struct imm_entry *e);
+void xi_imm_table_release(struct imm_table *t, struct imm_entry *e);
 
 #endif

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <unistd.h>
 
-_Atomic int xlog_level = XFER_LOG_WARN;
+_Atomic int xi_log_level = XFER_LOG_WARN;
 
-void xlog_emit(int level, const char *fmt, ...)
+void xi_log_emit(int level, const char *fmt, ...)
 {
 	static const char *names[] = {"error", "warn", "info", "debug"};
 	char line[512];

@@ -6,14 +6,14 @@
 enum { XFER_LOG_ERROR, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };
 
 /* Process-wide; engines set it at creation while other engines' workers log. */
-extern _Atomic int xlog_level;
+extern _Atomic int xi_log_level;
 
-void xlog_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void xi_log_emit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define xlog(level, ...)                                                                    \
 	do {                                                                                \
-		if ((level) <= atomic_load_explicit(&xlog_level, memory_order_relaxed)) \
-			xlog_emit((level), __VA_ARGS__);                                \
+		if ((level) <= atomic_load_explicit(&xi_log_level, memory_order_relaxed)) \
+			xi_log_emit((level), __VA_ARGS__);                                \
 	} while (0)
 #define xerr(...) xlog(XFER_LOG_ERROR, __VA_ARGS__)
 #define xwarn(...) xlog(XFER_LOG_WARN, __VA_ARGS__)

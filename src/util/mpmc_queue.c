@@ -18,7 +18,7 @@ static inline void *cell_data(struct cell_head *c)
 	return (unsigned char *)c + sizeof(*c);
 }
 
-int mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size)
+int xi_mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size)
 {
 	size_t cap = 2;
 	if (capacity == 0 || capacity > ((size_t)1 << 30) || elem_size == 0)
@@ -40,13 +40,13 @@ int mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size)
 	return 0;
 }
 
-void mpmc_destroy(struct mpmc_queue *q)
+void xi_mpmc_destroy(struct mpmc_queue *q)
 {
 	free(q->cells);
 	q->cells = NULL;
 }
 
-bool mpmc_push(struct mpmc_queue *q, const void *elem)
+bool xi_mpmc_push(struct mpmc_queue *q, const void *elem)
 {
 	size_t pos = atomic_load_explicit(&q->enqueue_pos, memory_order_relaxed);
 	for (;;) {
@@ -69,7 +69,7 @@ bool mpmc_push(struct mpmc_queue *q, const void *elem)
 	}
 }
 
-bool mpmc_pop(struct mpmc_queue *q, void *elem)
+bool xi_mpmc_pop(struct mpmc_queue *q, void *elem)
 {
 	size_t pos = atomic_load_explicit(&q->dequeue_pos, memory_order_relaxed);
 	for (;;) {
@@ -92,14 +92,14 @@ bool mpmc_pop(struct mpmc_queue *q, void *elem)
 	}
 }
 
-bool mpmc_empty_hint(const struct mpmc_queue *q)
+bool xi_mpmc_empty_hint(const struct mpmc_queue *q)
 {
 	size_t pos = atomic_load_explicit(&((struct mpmc_queue *)q)->dequeue_pos, memory_order_acquire);
 	struct cell_head *c = cell_at(q, pos);
 	return atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1;
 }
 
-size_t mpmc_capacity(const struct mpmc_queue *q)
+size_t xi_mpmc_capacity(const struct mpmc_queue *q)
 {
 	return q->mask + 1;
 }

@@ -22,12 +22,12 @@ struct mpmc_queue {
 };
 
 /* capacity is rounded up to a power of two. */
-int mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size);
-void mpmc_destroy(struct mpmc_queue *q);
-bool mpmc_push(struct mpmc_queue *q, const void *elem);
-bool mpmc_pop(struct mpmc_queue *q, void *elem);
+int xi_mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size);
+void xi_mpmc_destroy(struct mpmc_queue *q);
+bool xi_mpmc_push(struct mpmc_queue *q, const void *elem);
+bool xi_mpmc_pop(struct mpmc_queue *q, void *elem);
 /* A hint only: may be stale by the time the caller acts on it. */
-bool mpmc_empty_hint(const struct mpmc_queue *q);
-size_t mpmc_capacity(const struct mpmc_queue *q);
+bool xi_mpmc_empty_hint(const struct mpmc_queue *q);
+size_t xi_mpmc_capacity(const struct mpmc_queue *q);
 
 #endif

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/objects.h"
+#include "util/limits.h"
 #include "util/log.h"
+#include "util/topology.h"
+#include "xfer.h"
 
 #ifdef XFER_HAVE_HWLOC
 #include <hwloc.h>
@@ -86,7 +88,7 @@ int xfer_topology(struct xfer_topo_dev *out, int max)
 
 /* Pins the calling thread to the cores nearest the named interface (its
  * NUMA node); returns the first such CPU, or a negative error. */
-int topology_pin_near(const char *ifname)
+int xi_topology_pin_near(const char *ifname)
 {
 	hwloc_topology_t t;
 	int ret = load(&t);
@@ -111,7 +113,7 @@ int xfer_topology(struct xfer_topo_dev *out, int max)
 	return -EOPNOTSUPP;
 }
 
-int topology_pin_near(const char *ifname)
+int xi_topology_pin_near(const char *ifname)
 {
 	(void)ifname;
 	return -EOPNOTSUPP;

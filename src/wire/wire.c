@@ -9,7 +9,7 @@
 static const uint8_t addr_magic[4] = {'X', 'F', 'R', 'A'};
 static const uint8_t desc_magic[4] = {'X', 'F', 'R', 'D'};
 
-uint32_t wire_crc32(const void *buf, size_t len)
+uint32_t xi_wire_crc32(const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
 	uint32_t crc = 0xffffffffu;
@@ -23,7 +23,7 @@ uint32_t wire_crc32(const void *buf, size_t len)
 
 static int finish_encode(struct wire_cursor *c, size_t *need)
 {
-	uint32_t crc = c->bad || !c->w ? 0 : wire_crc32(c->w, c->pos);
+	uint32_t crc = c->bad || !c->w ? 0 : xi_wire_crc32(c->w, c->pos);
 	wc_put_u(c, crc, 4);
 	if (need)
 		*need = c->pos;
@@ -50,12 +50,12 @@ static int start_decode(struct wire_cursor *c, const void *buf, size_t len, cons
 	const uint8_t *tail = (const uint8_t *)buf + len - 4;
 	uint32_t crc = (uint32_t)tail[0] | (uint32_t)tail[1] << 8 | (uint32_t)tail[2] << 16 |
 		       (uint32_t)tail[3] << 24;
-	if (crc != wire_crc32(buf, len - 4))
+	if (crc != xi_wire_crc32(buf, len - 4))
 		return -XFER_EBADWIRE;
 	return 0;
 }
 
-int wire_addr_encode(const struct wire_addr *a, void *buf, size_t cap, size_t *need)
+int xi_wire_addr_encode(const struct wire_addr *a, void *buf, size_t cap, size_t *need)
 {
 	struct wire_cursor c = {.w = buf, .cap = buf ? cap : 0};
 	size_t plen = strnlen(a->provider, WIRE_PROV_MAX);
@@ -80,7 +80,7 @@ int wire_addr_encode(const struct wire_addr *a, void *buf, size_t cap, size_t *n
 	return finish_encode(&c, need);
 }
 
-int wire_addr_decode(const void *buf, size_t len, struct wire_addr *out)
+int xi_wire_addr_decode(const void *buf, size_t len, struct wire_addr *out)
 {
 	struct wire_cursor c = {0};
 	int rc = start_decode(&c, buf, len, addr_magic);
@@ -112,7 +112,7 @@ int wire_addr_decode(const void *buf, size_t len, struct wire_addr *out)
 	return 0;
 }
 
-int wire_desc_encode(const struct wire_desc *d, void *buf, size_t cap, size_t *need)
+int xi_wire_desc_encode(const struct wire_desc *d, void *buf, size_t cap, size_t *need)
 {
 	struct wire_cursor c = {.w = buf, .cap = buf ? cap : 0};
 	if (d->nnics == 0 || d->nnics > XFER_NIC_MAX)
@@ -138,7 +138,7 @@ int wire_desc_encode(const struct wire_desc *d, void *buf, size_t cap, size_t *n
 	return finish_encode(&c, need);
 }
 
-int wire_desc_decode(const void *buf, size_t len, struct wire_desc *out)
+int xi_wire_desc_decode(const void *buf, size_t len, struct wire_desc *out)
 {
 	struct wire_cursor c = {0};
 	int rc = start_decode(&c, buf, len, desc_magic);

@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XFER_NIC_MAX 4
+#include "util/limits.h"
+
 #define WIRE_NIC_ADDR_MAX 256
 #define WIRE_PROV_MAX 32
 #define WIRE_VERSION 2 /* 2: descriptors carry flags, region id, IPC handle */
@@ -50,11 +51,11 @@ struct wire_desc {
 };
 
 /* Encoders return the encoded length, or -ENOSPC with *need set. */
-int wire_addr_encode(const struct wire_addr *a, void *buf, size_t cap, size_t *need);
-int wire_addr_decode(const void *buf, size_t len, struct wire_addr *out);
-int wire_desc_encode(const struct wire_desc *d, void *buf, size_t cap, size_t *need);
-int wire_desc_decode(const void *buf, size_t len, struct wire_desc *out);
+int xi_wire_addr_encode(const struct wire_addr *a, void *buf, size_t cap, size_t *need);
+int xi_wire_addr_decode(const void *buf, size_t len, struct wire_addr *out);
+int xi_wire_desc_encode(const struct wire_desc *d, void *buf, size_t cap, size_t *need);
+int xi_wire_desc_decode(const void *buf, size_t len, struct wire_desc *out);
 
-uint32_t wire_crc32(const void *buf, size_t len);
+uint32_t xi_wire_crc32(const void *buf, size_t len);
 
 #endif

@@ -46,10 +46,10 @@ static xfer_rmr_t *forge(struct fault_init *f, uint64_t key_delta)
 	uint8_t d[XFER_DESC_MAX];
 	size_t len = t_recv_blob(f->fd_t, d, sizeof(d));
 	struct wire_desc wd;
-	CHECK_OK(wire_desc_decode(d, len, &wd));
+	CHECK_OK(xi_wire_desc_decode(d, len, &wd));
 	for (unsigned n = 0; n < wd.nnics; n++)
 		wd.nic[n].key += key_delta;
-	int elen = wire_desc_encode(&wd, d, sizeof(d), NULL);
+	int elen = xi_wire_desc_encode(&wd, d, sizeof(d), NULL);
 	CHECK(elen > 0);
 	xfer_rmr_t *r = NULL;
 	CHECK_OK(xfer_rmr_import(f->e, f->t, d, (size_t)elen, &r));

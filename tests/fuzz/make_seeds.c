@@ -28,7 +28,7 @@ int main(void)
 		}
 		char name[64];
 		snprintf(name, sizeof(name), "addr-%dnic", nn);
-		save(name, buf, wire_addr_encode(&a, buf, sizeof(buf), NULL));
+		save(name, buf, xi_wire_addr_encode(&a, buf, sizeof(buf), NULL));
 		struct wire_desc d = {.engine_id = 99, .len = 1ull << 30, .nnics = (uint8_t)nn,
 				      .region_id = (uint64_t)nn};
 		if (nn == 2) {
@@ -42,7 +42,7 @@ int main(void)
 			d.nic[i].key = 7u + (unsigned)i;
 		}
 		snprintf(name, sizeof(name), "desc-%dnic", nn);
-		save(name, buf, wire_desc_encode(&d, buf, sizeof(buf), NULL));
+		save(name, buf, xi_wire_desc_encode(&d, buf, sizeof(buf), NULL));
 	}
 	return 0;
 }

@@ -492,5 +492,5 @@ static const struct cuda_api fake_api = {
 
 void fake_cuda_install(void)
 {
-	cuda_api_override(&fake_api);
+	xi_cuda_api_override(&fake_api);
 }

@@ -10,13 +10,15 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
-#include "backend/backend.h"
 #include "util/log.h"
 #include "backend/ofi/ofi.h"
 
-#define ACCESS (FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ)
+/* Local registrations are what this engine posts from or receives into;
+ * only remote-writable ones accept peers' writes. */
+#define ACCESS_LOCAL (FI_SEND | FI_RECV | FI_WRITE)
+#define ACCESS_REMOTE (ACCESS_LOCAL | FI_READ | FI_REMOTE_WRITE | FI_REMOTE_READ)
 
-bool ofi_mr_req_init(struct ofi_mr_req *r, void *buf, size_t len, uint64_t access, uint64_t key,
+bool xi_ofi_mr_req_init(struct ofi_mr_req *r, void *buf, size_t len, uint64_t access, uint64_t key,
 		     const struct nic_mem *mem, bool use_dmabuf)
 {
 	memset(r, 0, sizeof(*r));
@@ -46,42 +48,43 @@ bool ofi_mr_req_init(struct ofi_mr_req *r, void *buf, size_t len, uint64_t acces
 	return false;
 }
 
-static int reg_device(struct ofi_nic *o, void *buf, size_t len, uint64_t key, const struct nic_mem *mem,
-		      struct fid_mr **mr)
+static int reg_device(struct ofi_nic *o, void *buf, size_t len, uint64_t key, uint64_t access,
+		      const struct nic_mem *mem, struct fid_mr **mr)
 {
 	struct ofi_mr_req r;
 	int ret = -FI_ENOSYS;
-	if (ofi_mr_req_init(&r, buf, len, ACCESS, key, mem, true)) {
+	if (xi_ofi_mr_req_init(&r, buf, len, access, key, mem, true)) {
 		ret = fi_mr_regattr(o->domain, &r.attr, r.flags, mr);
 		if (!ret)
 			return 0;
 		/* Drivers and kernels without dma-buf import still register by address. */
 		xinfo("dma-buf registration of GPU memory failed (%s); registering by address",
 		      fi_strerror(-ret));
-		ofi_mr_req_init(&r, buf, len, ACCESS, key, mem, false);
+		xi_ofi_mr_req_init(&r, buf, len, access, key, mem, false);
 	}
 	return fi_mr_regattr(o->domain, &r.attr, r.flags, mr);
 }
 
-int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, const struct nic_mem *mem,
-	       struct nic_mr *out)
+int xi_ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, unsigned access,
+		  const struct nic_mem *mem, struct nic_mr *out)
 {
 	struct ofi_nic *o = nic->priv;
 	struct fid_mr *mr = NULL;
+	uint64_t acc = (access & NIC_MR_REMOTE_WRITE) ? ACCESS_REMOTE : ACCESS_LOCAL;
 	int ret;
 	if (mem && mem->cuda_dev >= 0)
-		ret = reg_device(o, buf, len, key, mem, &mr);
+		ret = reg_device(o, buf, len, key, acc, mem, &mr);
 	else
-		ret = fi_mr_reg(o->domain, buf, len, ACCESS, 0, key, 0, &mr, NULL);
+		ret = fi_mr_reg(o->domain, buf, len, acc, 0, key, 0, &mr, NULL);
 	if (ret)
-		return ofi_errno(ret);
+		return xi_ofi_errno(ret);
 	if (o->mr_mode & FI_MR_ENDPOINT) {
 		ret = fi_mr_bind(mr, &o->ep->fid, 0);
 		if (!ret)
 			ret = fi_mr_enable(mr);
 		if (ret) {
 			fi_close(&mr->fid);
-			return ofi_errno(ret);
+			return xi_ofi_errno(ret);
 		}
 	}
 	out->handle = mr;
@@ -91,7 +94,7 @@ int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, const 
 	return 0;
 }
 
-void ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr)
+void xi_ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr)
 {
 	(void)nic;
 	if (mr->handle)

@@ -13,12 +13,11 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 
-#include "backend/backend.h"
 #include "util/log.h"
 #include "backend/ofi/ofi.h"
 #include "xfer.h"
 
-int ofi_errno(int ret)
+int xi_ofi_errno(int ret)
 {
 	if (ret >= 0)
 		return ret;
@@ -287,7 +286,7 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 		xerr("opening %s on %s failed: %s", fi->fabric_attr->prov_name,
 		     fi->domain_attr->name, fi_strerror(-ret));
 		ofi_close(nic);
-		return ofi_errno(ret);
+		return xi_ofi_errno(ret);
 	}
 	snprintf(nic->provider, sizeof(nic->provider), "%s", fi->fabric_attr->prov_name);
 	snprintf(nic->domain, sizeof(nic->domain), "%s", fi->domain_attr->name);
@@ -307,32 +306,18 @@ nomem:
 	return -ENOMEM;
 }
 
-/* Defined in ofi_mr.c and ofi_ops.c. */
-int ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, const struct nic_mem *mem,
-	       struct nic_mr *out);
-void ofi_mr_dereg(struct xfer_nic *nic, struct nic_mr *mr);
-int ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest);
-int ofi_av_remove(struct xfer_nic *nic, uint64_t dest);
-int ofi_post_send(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
-		  void *ctx);
-int ofi_post_recv(struct xfer_nic *nic, void *buf, size_t len, void *desc, void *ctx);
-int ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx);
-int ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max);
-int ofi_wait_fd(struct xfer_nic *nic);
-int ofi_trywait(struct xfer_nic *nic);
-
-struct backend_ops ofi_backend_ops = {
+const struct backend_ops xi_ofi_backend = {
 	.name = "ofi",
 	.open = ofi_open,
 	.close = ofi_close,
-	.mr_reg = ofi_mr_reg,
-	.mr_dereg = ofi_mr_dereg,
-	.av_insert = ofi_av_insert,
-	.av_remove = ofi_av_remove,
-	.post_send = ofi_post_send,
-	.post_recv = ofi_post_recv,
-	.post_write = ofi_post_write,
-	.poll = ofi_poll,
-	.wait_fd = ofi_wait_fd,
-	.trywait = ofi_trywait,
+	.mr_reg = xi_ofi_mr_reg,
+	.mr_dereg = xi_ofi_mr_dereg,
+	.av_insert = xi_ofi_av_insert,
+	.av_remove = xi_ofi_av_remove,
+	.post_send = xi_ofi_post_send,
+	.post_recv = xi_ofi_post_recv,
+	.post_write = xi_ofi_post_write,
+	.poll = xi_ofi_poll,
+	.wait_fd = xi_ofi_wait_fd,
+	.trywait = xi_ofi_trywait,
 };
