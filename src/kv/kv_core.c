@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-uint64_t kv_now_ns(void)
+uint64_t xi_kv_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -30,7 +30,7 @@ static void push(struct kv_core *c, struct kv_item *it)
 static void on_recv(void *ctx, uint64_t src_id, const void *data, size_t len)
 {
 	struct kv_core *c = ctx;
-	if (!kv_msg_is_ours(data, len)) {
+	if (!xi_kv_msg_is_ours(data, len)) {
 		if (c->app_recv)
 			c->app_recv(c->app_recv_ctx, src_id, data, len);
 		return;
@@ -57,7 +57,7 @@ static void on_peer_down(void *ctx, uint32_t peer, uint64_t engine_id, int reaso
 		c->app_down(c->app_down_ctx, peer, engine_id, reason);
 }
 
-void kv_core_cb(void *ctx, const struct xfer_cqe *cqe)
+void xi_kv_core_cb(void *ctx, const struct xfer_cqe *cqe)
 {
 	struct kv_core *c = ctx;
 	struct kv_item *it = malloc(sizeof(*it));
@@ -70,14 +70,14 @@ void kv_core_cb(void *ctx, const struct xfer_cqe *cqe)
 	push(c, it);
 }
 
-struct xfer_completion kv_completion(struct kv_core *c, uint64_t user_data, uint64_t tag,
+struct xfer_completion xi_kv_completion(struct kv_core *c, uint64_t user_data, uint64_t tag,
 				     uint64_t timeout_ms)
 {
-	return (struct xfer_completion){.user_data = user_data, .cb = kv_core_cb, .cb_ctx = c,
+	return (struct xfer_completion){.user_data = user_data, .cb = xi_kv_core_cb, .cb_ctx = c,
 					.timeout_ms = timeout_ms, .tag = tag};
 }
 
-void kv_core_kick(struct kv_core *c)
+void xi_kv_core_kick(struct kv_core *c)
 {
 	pthread_mutex_lock(&c->in_mu);
 	c->kicked = true;
@@ -98,7 +98,7 @@ static void *control_main(void *arg)
 	uint64_t next = 0;
 	for (;;) {
 		pthread_mutex_lock(&c->in_mu);
-		while (!c->stop && !c->in_head && !c->kicked && kv_now_ns() < next) {
+		while (!c->stop && !c->in_head && !c->kicked && xi_kv_now_ns() < next) {
 			struct timespec ts;
 			deadline_ts(next, &ts);
 			pthread_cond_timedwait(&c->in_cv, &c->in_mu, &ts);
@@ -119,9 +119,9 @@ static void *control_main(void *arg)
 				free((void *)(uintptr_t)it->cqe.user_data); /* its kv_sendbuf */
 			free(it);
 		}
-		uint64_t now = kv_now_ns();
+		uint64_t now = xi_kv_now_ns();
 		next = c->stopping ? now + 1000000000ull : c->on_tick(c->owner, now);
-		if (!c->stopping && kv_send_pending(c) && next > now + 200000)
+		if (!c->stopping && xi_kv_send_pending(c) && next > now + 200000)
 			next = now + 200000; /* the submission queue was full: retry soon */
 		pthread_mutex_unlock(&c->mu);
 		if (stop)
@@ -129,7 +129,7 @@ static void *control_main(void *arg)
 	}
 }
 
-int kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
+int xi_kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 {
 	c->attr = *attr;
 	c->app_recv = attr->on_recv;
@@ -162,7 +162,7 @@ int kv_core_start(struct kv_core *c, const struct xfer_attr *attr)
 	return 0;
 }
 
-void kv_core_stop(struct kv_core *c)
+void xi_kv_core_stop(struct kv_core *c)
 {
 	/* From here the control thread only frees send buffers: a region
 	 * deregistered while the engine stops would escape its release. */

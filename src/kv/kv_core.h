@@ -74,39 +74,39 @@ struct kv_core {
 	void *owner;
 };
 
-uint64_t kv_now_ns(void);
+uint64_t xi_kv_now_ns(void);
 
 /* Creates the engine (with the module's hooks) and the control thread. */
-int kv_core_start(struct kv_core *c, const struct xfer_attr *attr);
+int xi_kv_core_start(struct kv_core *c, const struct xfer_attr *attr);
 /* Stops the engine, then the thread; drops what is left in the inbox. */
-void kv_core_stop(struct kv_core *c);
+void xi_kv_core_stop(struct kv_core *c);
 /* Wakes the control thread (work that needs retrying, a new deadline). */
-void kv_core_kick(struct kv_core *c);
+void xi_kv_core_kick(struct kv_core *c);
 
 /* Completion target for every operation the module submits: user_data is
  * the owner's, the item goes to the inbox. */
-void kv_core_cb(void *ctx, const struct xfer_cqe *cqe);
-struct xfer_completion kv_completion(struct kv_core *c, uint64_t user_data, uint64_t tag,
+void xi_kv_core_cb(void *ctx, const struct xfer_cqe *cqe);
+struct xfer_completion xi_kv_completion(struct kv_core *c, uint64_t user_data, uint64_t tag,
 				     uint64_t timeout_ms);
 
 /* Encodes and sends m to peer; a full queue is retried by the control
  * thread. Returns 0 or the submission error. Call with mu held. */
-int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages);
+int xi_kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages);
 /* Retries pending sends; true while some remain. Call with mu held. */
-bool kv_send_pending(struct kv_core *c);
+bool xi_kv_send_pending(struct kv_core *c);
 
 /* The peer with this engine id, adding it from addr when unknown (and
  * checking that the address is the sender's). -EBUSY for an engine
  * declared dead whose old peer is still being drained. Call with mu held
  * (kv_peers.c). */
-int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
+int xi_kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
 		xfer_peer_t *out);
 /* Adds a peer from its address (join); the table learns its engine id. */
-int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out);
-void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer);
-void kv_peers_free(struct kv_core *c);
+int xi_kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out);
+void xi_kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer);
+void xi_kv_peers_free(struct kv_core *c);
 /* Removes dead or unneeded peers once nothing is in flight to them; true
  * while some could not be removed yet. `keep` says which are still wanted. */
-bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer));
+bool xi_kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer));
 
 #endif

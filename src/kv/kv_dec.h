@@ -82,17 +82,17 @@ struct xfer_kv_decoder {
 };
 
 /* kv_dec_ctl.c: the state machine, called with core.mu held. */
-struct kv_dreq *dec_req_by_dseq(xfer_kv_decoder_t *d, uint64_t dseq);
-struct kv_group *dec_group(xfer_kv_decoder_t *d, uint32_t id);
-void dec_abort(xfer_kv_decoder_t *d, struct kv_dreq *r, int status);
-void dec_on_item(void *owner, const struct kv_item *it);
-uint64_t dec_on_tick(void *owner, uint64_t now);
+struct kv_dreq *xi_kv_dec_req_by_dseq(xfer_kv_decoder_t *d, uint64_t dseq);
+struct kv_group *xi_kv_dec_group(xfer_kv_decoder_t *d, uint32_t id);
+void xi_kv_dec_abort(xfer_kv_decoder_t *d, struct kv_dreq *r, int status);
+void xi_kv_dec_on_item(void *owner, const struct kv_item *it);
+uint64_t xi_kv_dec_on_tick(void *owner, uint64_t now);
 
 /* kv_dec_lease.c */
-int dec_lease_ensure(xfer_kv_decoder_t *d, struct kv_rank *rk);
+int xi_kv_dec_lease_ensure(xfer_kv_decoder_t *d, struct kv_rank *rk);
 /* Withdraws the rank's registration: its writers are quiesced, and requests
  * still waiting for data from it are aborted with `status`. */
-void dec_lease_revoke(xfer_kv_decoder_t *d, uint32_t group, uint32_t rank, int status);
-void dec_lease_drop(xfer_kv_decoder_t *d, struct kv_rank *rk);
+void xi_kv_dec_lease_revoke(xfer_kv_decoder_t *d, uint32_t group, uint32_t rank, int status);
+void xi_kv_dec_lease_drop(xfer_kv_decoder_t *d, struct kv_rank *rk);
 
 #endif

@@ -6,13 +6,13 @@
 
 #include "kv_dec.h"
 
-struct kv_group *dec_group(xfer_kv_decoder_t *d, uint32_t id)
+struct kv_group *xi_kv_dec_group(xfer_kv_decoder_t *d, uint32_t id)
 {
 	struct kv_group *g = &d->groups[id % KV_GROUP_SLOTS];
 	return g->used && g->gen == id / KV_GROUP_SLOTS ? g : NULL;
 }
 
-struct kv_dreq *dec_req_by_dseq(xfer_kv_decoder_t *d, uint64_t dseq)
+struct kv_dreq *xi_kv_dec_req_by_dseq(xfer_kv_decoder_t *d, uint64_t dseq)
 {
 	uint32_t slot = (uint32_t)(dseq & KV_SLOT_MASK);
 	if (slot >= d->cfg.max_requests)
@@ -37,7 +37,7 @@ static void end(xfer_kv_decoder_t *d, struct kv_dreq *r)
 		uint32_t arrived;
 		xfer_imm_disarm(d->core.e, r->imm, &arrived);
 	}
-	struct kv_group *g = dec_group(d, r->group);
+	struct kv_group *g = xi_kv_dec_group(d, r->group);
 	if (g)
 		g->refs--;
 	if (r->status == 0) {
@@ -49,7 +49,7 @@ static void end(xfer_kv_decoder_t *d, struct kv_dreq *r)
 		d->st.failed++;
 	}
 	r->state = DR_ENDED;
-	r->t_end = kv_now_ns();
+	r->t_end = xi_kv_now_ns();
 	push_event(d, r);
 }
 
@@ -78,18 +78,18 @@ static void send_cancel(xfer_kv_decoder_t *d, struct kv_dreq *r, struct kv_write
 			   .addr_len = (uint16_t)(alen > 0 ? alen : 0)};
 	m.dst.tp_rank = d->cfg.layout.tp_rank;
 	w->cancel_at = now + KV_CANCEL_RETRY_NS;
-	w->cancel_sent = alen > 0 && kv_send(&d->core, rk->peer, &m, NULL) == 0;
+	w->cancel_sent = alen > 0 && xi_kv_send(&d->core, rk->peer, &m, NULL) == 0;
 }
 
-void dec_abort(xfer_kv_decoder_t *d, struct kv_dreq *r, int status)
+void xi_kv_dec_abort(xfer_kv_decoder_t *d, struct kv_dreq *r, int status)
 {
 	if (r->state == DR_ACTIVE) {
-		uint64_t now = kv_now_ns();
+		uint64_t now = xi_kv_now_ns();
 		r->state = DR_ABORTING;
 		r->status = status;
 		uint64_t grace = now + d->cfg.cancel_ms * 1000000ull;
 		r->abort_deadline = grace < r->end_deadline ? grace : r->end_deadline;
-		struct kv_group *g = dec_group(d, r->group);
+		struct kv_group *g = xi_kv_dec_group(d, r->group);
 		for (uint32_t i = 0; i < r->nw; i++) {
 			struct kv_writer *w = &r->w[i];
 			struct kv_rank *rk = g ? &g->ranks[w->rank] : NULL;
@@ -98,14 +98,14 @@ void dec_abort(xfer_kv_decoder_t *d, struct kv_dreq *r, int status)
 			if (!w->quiesced)
 				send_cancel(d, r, w, rk, now);
 		}
-		kv_core_kick(&d->core);
+		xi_kv_core_kick(&d->core);
 	}
 	check(d, r);
 }
 
 static struct kv_writer *writer_from(xfer_kv_decoder_t *d, struct kv_dreq *r, uint64_t engine_id)
 {
-	struct kv_group *g = dec_group(d, r->group);
+	struct kv_group *g = xi_kv_dec_group(d, r->group);
 	for (uint32_t i = 0; g && i < r->nw; i++)
 		if (g->ranks[r->w[i].rank].engine_id == engine_id)
 			return &r->w[i];
@@ -115,7 +115,7 @@ static struct kv_writer *writer_from(xfer_kv_decoder_t *d, struct kv_dreq *r, ui
 static void on_msg(xfer_kv_decoder_t *d, const struct kv_item *it)
 {
 	struct kv_msg m;
-	if (kv_msg_decode(it->data, it->len, &m)) {
+	if (xi_kv_msg_decode(it->data, it->len, &m)) {
 		d->st.msgs_dropped++;
 		return;
 	}
@@ -127,7 +127,7 @@ static void on_msg(xfer_kv_decoder_t *d, const struct kv_item *it)
 					d->groups[s].ranks[i].state = RANK_LEFT;
 		return;
 	}
-	struct kv_dreq *r = dec_req_by_dseq(d, m.dseq);
+	struct kv_dreq *r = xi_kv_dec_req_by_dseq(d, m.dseq);
 	struct kv_writer *w = r ? writer_from(d, r, it->src_id) : NULL;
 	if (!w) {
 		/* An answer about a request that has ended already (or a stranger). */
@@ -142,7 +142,7 @@ static void on_msg(xfer_kv_decoder_t *d, const struct kv_item *it)
 	} else if (m.type == KV_MSG_FAIL) {
 		if (m.quiesced)
 			w->quiesced = true;
-		dec_abort(d, r, m.err);
+		xi_kv_dec_abort(d, r, m.err);
 	} else {
 		d->st.msgs_dropped++;
 	}
@@ -151,11 +151,11 @@ static void on_msg(xfer_kv_decoder_t *d, const struct kv_item *it)
 
 static void on_send_done(xfer_kv_decoder_t *d, struct kv_sendbuf *b, int res)
 {
-	struct kv_dreq *r = res < 0 ? dec_req_by_dseq(d, b->dseq) : NULL;
+	struct kv_dreq *r = res < 0 ? xi_kv_dec_req_by_dseq(d, b->dseq) : NULL;
 	if (r) {
 		struct kv_writer *w = writer_from(d, r, b->engine_id);
 		if (b->type == KV_MSG_REQ)
-			dec_abort(d, r, res);
+			xi_kv_dec_abort(d, r, res);
 		else if (b->type == KV_MSG_CANCEL && w)
 			w->cancel_sent = false; /* the tick sends it again */
 	}
@@ -164,7 +164,7 @@ static void on_send_done(xfer_kv_decoder_t *d, struct kv_sendbuf *b, int res)
 
 static void on_expect(xfer_kv_decoder_t *d, uint64_t dseq, int res)
 {
-	struct kv_dreq *r = dec_req_by_dseq(d, dseq);
+	struct kv_dreq *r = xi_kv_dec_req_by_dseq(d, dseq);
 	if (!r || res == -ECANCELED)
 		return;
 	if (res == 0) {
@@ -175,12 +175,12 @@ static void on_expect(xfer_kv_decoder_t *d, uint64_t dseq, int res)
 			check(d, r);
 		return;
 	}
-	dec_abort(d, r, res);
+	xi_kv_dec_abort(d, r, res);
 }
 
 static void on_peer_down(xfer_kv_decoder_t *d, const struct kv_item *it)
 {
-	kv_peer_mark_dead(&d->core, it->peer);
+	xi_kv_peer_mark_dead(&d->core, it->peer);
 	for (uint32_t s = 0; s < KV_GROUP_SLOTS; s++) {
 		struct kv_group *g = &d->groups[s];
 		for (uint32_t i = 0; g->used && i < g->n; i++) {
@@ -189,12 +189,12 @@ static void on_peer_down(xfer_kv_decoder_t *d, const struct kv_item *it)
 				continue;
 			rk->state = RANK_DEAD;
 			/* Its writes may still be on their way (in our socket buffers). */
-			dec_lease_revoke(d, g->gen * KV_GROUP_SLOTS + s, i, -XFER_EPEER);
+			xi_kv_dec_lease_revoke(d, g->gen * KV_GROUP_SLOTS + s, i, -XFER_EPEER);
 		}
 	}
 }
 
-void dec_on_item(void *owner, const struct kv_item *it)
+void xi_kv_dec_on_item(void *owner, const struct kv_item *it)
 {
 	xfer_kv_decoder_t *d = owner;
 	switch (it->kind) {
@@ -232,7 +232,7 @@ static bool retire_groups(xfer_kv_decoder_t *d)
 		if (!g->used || !g->leaving || g->refs)
 			continue;
 		for (uint32_t i = 0; i < g->n; i++)
-			dec_lease_drop(d, &g->ranks[i]);
+			xi_kv_dec_lease_drop(d, &g->ranks[i]);
 		free(g->ranks);
 		g->ranks = NULL;
 		g->used = false;
@@ -246,18 +246,18 @@ static uint64_t tick_request(xfer_kv_decoder_t *d, struct kv_dreq *r, uint64_t n
 	if (r->state == DR_ACTIVE) {
 		/* The immediate counter's deadline normally comes first. */
 		if (now >= r->end_deadline)
-			dec_abort(d, r, -ETIMEDOUT);
+			xi_kv_dec_abort(d, r, -ETIMEDOUT);
 		else
 			return r->end_deadline;
 	}
 	if (r->state != DR_ABORTING)
 		return UINT64_MAX;
-	struct kv_group *g = dec_group(d, r->group);
+	struct kv_group *g = xi_kv_dec_group(d, r->group);
 	if (now >= r->abort_deadline) {
 		/* Not confirmed in time: make sure instead, by revocation. */
 		for (uint32_t i = 0; i < r->nw && r->state == DR_ABORTING; i++)
 			if (!r->w[i].quiesced)
-				dec_lease_revoke(d, r->group, r->w[i].rank, -ECONNABORTED);
+				xi_kv_dec_lease_revoke(d, r->group, r->w[i].rank, -ECONNABORTED);
 		check(d, r);
 		return UINT64_MAX;
 	}
@@ -274,7 +274,7 @@ static uint64_t tick_request(xfer_kv_decoder_t *d, struct kv_dreq *r, uint64_t n
 	return next;
 }
 
-uint64_t dec_on_tick(void *owner, uint64_t now)
+uint64_t xi_kv_dec_on_tick(void *owner, uint64_t now)
 {
 	xfer_kv_decoder_t *d = owner;
 	uint64_t next = now + 1000000000ull;
@@ -283,7 +283,7 @@ uint64_t dec_on_tick(void *owner, uint64_t now)
 		if (t < next)
 			next = t;
 	}
-	if (retire_groups(d) || kv_peer_reap(&d->core, group_wants_peer))
+	if (retire_groups(d) || xi_kv_peer_reap(&d->core, group_wants_peer))
 		if (now + 10000000ull < next)
 			next = now + 10000000ull; /* peers still busy: try again soon */
 	return next;

@@ -22,7 +22,7 @@ static int reg(xfer_kv_decoder_t *d, void *buf, size_t len, xfer_mr_t **mr, uint
 	return 0;
 }
 
-int dec_lease_ensure(xfer_kv_decoder_t *d, struct kv_rank *rk)
+int xi_kv_dec_lease_ensure(xfer_kv_decoder_t *d, struct kv_rank *rk)
 {
 	struct kv_lease *l = &rk->lease;
 	if (l->live)
@@ -55,7 +55,7 @@ static void withdraw(xfer_mr_t **mr)
 	*mr = NULL;
 }
 
-void dec_lease_drop(xfer_kv_decoder_t *d, struct kv_rank *rk)
+void xi_kv_dec_lease_drop(xfer_kv_decoder_t *d, struct kv_rank *rk)
 {
 	(void)d;
 	withdraw(&rk->lease.kv);
@@ -63,16 +63,16 @@ void dec_lease_drop(xfer_kv_decoder_t *d, struct kv_rank *rk)
 	rk->lease.live = false;
 }
 
-void dec_lease_revoke(xfer_kv_decoder_t *d, uint32_t group, uint32_t rank, int status)
+void xi_kv_dec_lease_revoke(xfer_kv_decoder_t *d, uint32_t group, uint32_t rank, int status)
 {
-	struct kv_group *g = dec_group(d, group);
+	struct kv_group *g = xi_kv_dec_group(d, group);
 	if (!g || rank >= g->n)
 		return;
 	struct kv_rank *rk = &g->ranks[rank];
 	if (!rk->lease.live)
 		return;
 	uint32_t gen = rk->lease.gen;
-	dec_lease_drop(d, rk);
+	xi_kv_dec_lease_drop(d, rk);
 	d->st.revocations++;
 	for (uint32_t s = 0; s < d->cfg.max_requests; s++) {
 		struct kv_dreq *r = &d->reqs[s];
@@ -85,7 +85,7 @@ void dec_lease_revoke(xfer_kv_decoder_t *d, uint32_t group, uint32_t rank, int s
 			w->quiesced = true;
 			/* Its data can no longer all arrive. */
 			if (!r->expect_done)
-				dec_abort(d, r, status);
+				xi_kv_dec_abort(d, r, status);
 		}
 	}
 }

@@ -32,9 +32,9 @@ static void free_all(xfer_kv_decoder_t *d)
 	free(d->reqs);
 	free(d->evq);
 	free(d->ctx_mem);
-	kv_peers_free(&d->core);
-	kv_stack_free(&d->free_pages);
-	kv_stack_free(&d->free_slots);
+	xi_kv_peers_free(&d->core);
+	xi_kv_stack_free(&d->free_pages);
+	xi_kv_stack_free(&d->free_slots);
 	free(d);
 }
 
@@ -59,19 +59,19 @@ int xfer_kv_decoder_create(const struct xfer_kv_dec_config *cfg, const struct xf
 	if (cfg->ctx_bytes)
 		d->ctx_mem = aligned_alloc(64, d->ctx_stride * cfg->max_requests);
 	if (!d->reqs || !d->evq || !d->groups || (cfg->ctx_bytes && !d->ctx_mem) ||
-	    kv_stack_init(&d->free_pages, cfg->layout.pages) ||
-	    kv_stack_init(&d->free_slots, cfg->max_requests)) {
+	    xi_kv_stack_init(&d->free_pages, cfg->layout.pages) ||
+	    xi_kv_stack_init(&d->free_slots, cfg->max_requests)) {
 		free_all(d);
 		return -ENOMEM;
 	}
 	if (d->ctx_mem)
 		memset(d->ctx_mem, 0, d->ctx_stride * cfg->max_requests);
 	d->core.owner = d;
-	d->core.on_item = dec_on_item;
-	d->core.on_tick = dec_on_tick;
-	int ret = kv_core_start(&d->core, attr);
+	d->core.on_item = xi_kv_dec_on_item;
+	d->core.on_tick = xi_kv_dec_on_tick;
+	int ret = xi_kv_core_start(&d->core, attr);
 	if (ret) {
-		kv_core_stop(&d->core);
+		xi_kv_core_stop(&d->core);
 		free_all(d);
 		return ret;
 	}
@@ -83,7 +83,7 @@ void xfer_kv_decoder_destroy(xfer_kv_decoder_t *d)
 {
 	if (!d)
 		return;
-	kv_core_stop(&d->core);
+	xi_kv_core_stop(&d->core);
 	/* Destroying the engine frees every region still registered. */
 	xfer_engine_destroy(d->core.e);
 	free_all(d);
@@ -117,7 +117,7 @@ static int join_locked(xfer_kv_decoder_t *d, const struct xfer_kv_rank *ranks, u
 		else if (l->tp_size != n || l->tp_rank != i ||
 			 xfer_kv_plan(l, &d->cfg.layout, plan))
 			ret = -EINVAL;
-		else if (!(ret = kv_peer_add(&d->core, ranks[i].addr, ranks[i].addr_len, &rk[i].peer)))
+		else if (!(ret = xi_kv_peer_add(&d->core, ranks[i].addr, ranks[i].addr_len, &rk[i].peer)))
 			rk[i] = (struct kv_rank){.peer = rk[i].peer,
 						 .engine_id = xfer_peer_id(d->core.e, rk[i].peer),
 						 .layout = *l, .nsegs = plan->nsegs,
@@ -127,7 +127,7 @@ static int join_locked(xfer_kv_decoder_t *d, const struct xfer_kv_rank *ranks, u
 	if (ret) {
 		/* Peers added for this group go with the next reap (nothing keeps them). */
 		free(rk);
-		kv_core_kick(&d->core);
+		xi_kv_core_kick(&d->core);
 		return ret;
 	}
 	struct kv_group *g = &d->groups[s];
@@ -139,7 +139,7 @@ static int join_locked(xfer_kv_decoder_t *d, const struct xfer_kv_rank *ranks, u
 	int alen = xfer_engine_addr(d->core.e, addr, sizeof(addr), NULL);
 	struct kv_msg hello = {.type = KV_MSG_HELLO, .addr = addr, .addr_len = (uint16_t)alen};
 	for (i = 0; i < n && alen > 0; i++)
-		kv_send(&d->core, rk[i].peer, &hello, NULL);
+		xi_kv_send(&d->core, rk[i].peer, &hello, NULL);
 	return 0;
 }
 
@@ -159,14 +159,14 @@ int xfer_kv_dec_leave(xfer_kv_decoder_t *d, uint32_t group)
 	if (!d)
 		return -EINVAL;
 	pthread_mutex_lock(&d->core.mu);
-	struct kv_group *g = dec_group(d, group);
+	struct kv_group *g = xi_kv_dec_group(d, group);
 	int ret = g && !g->leaving ? 0 : -ENOENT;
 	if (!ret) {
 		g->leaving = true;
 		for (uint32_t s = 0; s < d->cfg.max_requests; s++)
 			if (d->reqs[s].group == group && d->reqs[s].state == DR_ACTIVE)
-				dec_abort(d, &d->reqs[s], -ESHUTDOWN);
-		kv_core_kick(&d->core);
+				xi_kv_dec_abort(d, &d->reqs[s], -ESHUTDOWN);
+		xi_kv_core_kick(&d->core);
 	}
 	pthread_mutex_unlock(&d->core.mu);
 	return ret;
@@ -189,7 +189,7 @@ int xfer_kv_dec_group_state(xfer_kv_decoder_t *d, uint32_t group)
 	if (!d)
 		return -EINVAL;
 	pthread_mutex_lock(&d->core.mu);
-	struct kv_group *g = dec_group(d, group);
+	struct kv_group *g = xi_kv_dec_group(d, group);
 	int ret = g ? group_state(g) : -ENOENT;
 	pthread_mutex_unlock(&d->core.mu);
 	return ret;
@@ -230,14 +230,14 @@ static int send_req(xfer_kv_decoder_t *d, struct kv_dreq *r, const struct xfer_k
 			   .kv_desc_len = rk->lease.kv_len, .ctx_desc = rk->lease.ctx_desc,
 			   .ctx_desc_len = rk->lease.ctx_len, .app = spec->app,
 			   .app_len = (uint16_t)spec->app_len};
-	size_t fixed = kv_req_fixed_len(&m);
+	size_t fixed = xi_kv_req_fixed_len(&m);
 	if (fixed + 4 > d->core.attr.msg_max)
 		return -EMSGSIZE;
 	uint32_t per = (uint32_t)((d->core.attr.msg_max - fixed) / 4);
 	for (uint32_t first = 0; first < r->npages; first += per) {
 		m.first = first;
 		m.count = r->npages - first < per ? r->npages - first : per;
-		int ret = kv_send(&d->core, rk->peer, &m, r->pages + first);
+		int ret = xi_kv_send(&d->core, rk->peer, &m, r->pages + first);
 		if (ret)
 			return ret;
 	}
@@ -246,7 +246,7 @@ static int send_req(xfer_kv_decoder_t *d, struct kv_dreq *r, const struct xfer_k
 
 static int admit_locked(xfer_kv_decoder_t *d, const struct xfer_kv_request *spec)
 {
-	struct kv_group *g = dec_group(d, spec->group);
+	struct kv_group *g = xi_kv_dec_group(d, spec->group);
 	if (!g)
 		return -ENOENT;
 	int gs = group_state(g);
@@ -259,18 +259,18 @@ static int admit_locked(xfer_kv_decoder_t *d, const struct xfer_kv_request *spec
 	if (npages > KV_NPAGES_MAX)
 		return -E2BIG;
 	uint32_t slot;
-	if (!kv_stack_pop(&d->free_slots, &slot, 1))
+	if (!xi_kv_stack_pop(&d->free_slots, &slot, 1))
 		return -ENOSPC;
 	struct kv_dreq *r = &d->reqs[slot];
 	uint32_t *pages = malloc((size_t)npages * sizeof(*pages));
-	if (!pages || !kv_stack_pop(&d->free_pages, pages, npages)) {
+	if (!pages || !xi_kv_stack_pop(&d->free_pages, pages, npages)) {
 		free(pages);
-		kv_stack_push(&d->free_slots, &slot, 1);
+		xi_kv_stack_push(&d->free_slots, &slot, 1);
 		return -ENOSPC;
 	}
 	uint64_t timeout = spec->timeout_ms ? spec->timeout_ms : DEFAULT_TIMEOUT_MS;
 	uint64_t cancel = d->cfg.cancel_ms < timeout / 2 ? d->cfg.cancel_ms : timeout / 2;
-	uint64_t now = kv_now_ns();
+	uint64_t now = xi_kv_now_ns();
 	free(r->pages);
 	*r = (struct kv_dreq){.id = spec->id, .group = spec->group, .npages = npages,
 			      .ctx_slot = slot, .pages = pages, .t_admit = now,
@@ -287,19 +287,19 @@ static int admit_locked(xfer_kv_decoder_t *d, const struct xfer_kv_request *spec
 		struct kv_rank *rk = &g->ranks[i];
 		if (!rk->nsegs && !rk->writes_ctx)
 			continue;
-		if (!(ret = dec_lease_ensure(d, rk))) {
+		if (!(ret = xi_kv_dec_lease_ensure(d, rk))) {
 			r->w[r->nw++] = (struct kv_writer){.rank = i, .lease_gen = rk->lease.gen};
 			total += (uint64_t)rk->nsegs * me->layers * npages + rk->writes_ctx;
 		}
 	}
 	if (!ret && total > UINT32_MAX)
 		ret = -E2BIG;
-	struct xfer_completion c = kv_completion(&d->core, r->dseq, 0, timeout - cancel);
+	struct xfer_completion c = xi_kv_completion(&d->core, r->dseq, 0, timeout - cancel);
 	if (!ret)
 		ret = xfer_expect_imm(d->core.e, r->imm, (uint32_t)total, &c);
 	if (ret) {
-		kv_stack_push(&d->free_pages, pages, npages);
-		kv_stack_push(&d->free_slots, &slot, 1);
+		xi_kv_stack_push(&d->free_pages, pages, npages);
+		xi_kv_stack_push(&d->free_slots, &slot, 1);
 		r->state = DR_FREE;
 		return ret;
 	}
@@ -319,8 +319,8 @@ static int admit_locked(xfer_kv_decoder_t *d, const struct xfer_kv_request *spec
 			       (uint32_t)(timeout - cancel));
 	}
 	if (ret)
-		dec_abort(d, r, ret);
-	kv_core_kick(&d->core);
+		xi_kv_dec_abort(d, r, ret);
+	xi_kv_core_kick(&d->core);
 	return 0;
 }
 
@@ -342,7 +342,7 @@ int xfer_kv_dec_cancel(xfer_kv_decoder_t *d, uint64_t id)
 	struct kv_dreq *r = find_id(d, id);
 	int ret = !r ? -ENOENT : r->state == DR_ENDED || r->state == DR_POLLED ? -EALREADY : 0;
 	if (!ret)
-		dec_abort(d, r, -ECANCELED);
+		xi_kv_dec_abort(d, r, -ECANCELED);
 	pthread_mutex_unlock(&d->core.mu);
 	return ret;
 }
@@ -363,9 +363,9 @@ int xfer_kv_dec_poll(xfer_kv_decoder_t *d, struct xfer_kv_dec_event *ev, int max
 {
 	if (!d || !ev || max <= 0)
 		return -EINVAL;
-	uint64_t until = kv_now_ns() + timeout_ms * 1000000ull;
+	uint64_t until = xi_kv_now_ns() + timeout_ms * 1000000ull;
 	pthread_mutex_lock(&d->core.mu);
-	while (!d->ev_count && kv_now_ns() < until) {
+	while (!d->ev_count && xi_kv_now_ns() < until) {
 		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 				      .tv_nsec = (long)(until % 1000000000ull)};
 		pthread_cond_timedwait(&d->core.app_cv, &d->core.mu, &ts);
@@ -390,8 +390,8 @@ int xfer_kv_dec_release(xfer_kv_decoder_t *d, uint64_t id)
 	struct kv_dreq *r = find_id(d, id);
 	int ret = !r ? -ENOENT : r->state != DR_POLLED ? -EBUSY : 0;
 	if (!ret) {
-		kv_stack_push(&d->free_pages, r->pages, r->npages);
-		kv_stack_push(&d->free_slots, &r->ctx_slot, 1);
+		xi_kv_stack_push(&d->free_pages, r->pages, r->npages);
+		xi_kv_stack_push(&d->free_slots, &r->ctx_slot, 1);
 		r->state = DR_FREE;
 	}
 	pthread_mutex_unlock(&d->core.mu);

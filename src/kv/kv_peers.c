@@ -73,7 +73,7 @@ static int adopt(struct kv_core *c, xfer_peer_t p, const void *addr, size_t len,
 	return 0;
 }
 
-int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
+int xi_kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *out)
 {
 	/* Never add an address twice: with libfabric 1.17's shm, removing the
 	 * duplicate unmaps the peer under the first one (the next send to it
@@ -90,7 +90,7 @@ int kv_peer_add(struct kv_core *c, const void *addr, size_t len, xfer_peer_t *ou
 	return ret ? ret : adopt(c, p, addr, len, out);
 }
 
-int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
+int xi_kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size_t len,
 		xfer_peer_t *out)
 {
 	struct kv_peer_ent *known = find_id(c, engine_id);
@@ -114,14 +114,14 @@ int kv_peer_for(struct kv_core *c, uint64_t engine_id, const uint8_t *addr, size
 	return adopt(c, p, addr, len, out);
 }
 
-void kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer)
+void xi_kv_peer_mark_dead(struct kv_core *c, xfer_peer_t peer)
 {
 	for (uint32_t i = 0; i < c->npeers; i++)
 		if (c->peers[i].peer == peer)
 			c->peers[i].dead = true;
 }
 
-bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer))
+bool xi_kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer))
 {
 	bool left = false;
 	for (uint32_t i = 0; i < c->npeers;) {
@@ -148,7 +148,7 @@ bool kv_peer_reap(struct kv_core *c, bool (*keep)(void *owner, xfer_peer_t peer)
 	return left;
 }
 
-void kv_peers_free(struct kv_core *c)
+void xi_kv_peers_free(struct kv_core *c)
 {
 	for (uint32_t i = 0; i < c->npeers; i++)
 		free(c->peers[i].addr);

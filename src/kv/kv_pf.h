@@ -96,35 +96,35 @@ struct xfer_kv_prefiller {
 };
 
 /* kv_pf_jobs.c (mu held) */
-struct kv_job *pf_job_find(xfer_kv_prefiller_t *p, uint64_t id);
-struct kv_job *pf_job_new(xfer_kv_prefiller_t *p, uint64_t id);
+struct kv_job *xi_kv_pf_job_find(xfer_kv_prefiller_t *p, uint64_t id);
+struct kv_job *xi_kv_pf_job_new(xfer_kv_prefiller_t *p, uint64_t id);
 /* Frees the job once every destination is done and nothing is in flight. */
-void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j);
-void pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struct kv_job *j);
-void pf_tomb_add(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key, uint32_t rank);
-bool pf_tomb_has(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key);
+void xi_kv_pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j);
+void xi_kv_pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struct kv_job *j);
+void xi_kv_pf_tomb_add(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key, uint32_t rank);
+bool xi_kv_pf_tomb_has(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key);
 
 /* kv_pf_submit.c (mu held) */
 /* Submits whatever of dest is ready, until the queue is full. */
-void pf_pump(xfer_kv_prefiller_t *p, struct kv_dest *dst);
-void pf_pump_job(xfer_kv_prefiller_t *p, struct kv_job *j);
+void xi_kv_pf_pump(xfer_kv_prefiller_t *p, struct kv_dest *dst);
+void xi_kv_pf_pump_job(xfer_kv_prefiller_t *p, struct kv_job *j);
 /* Stops dest: its cancel drains what was posted, then `reply` goes out. */
-void pf_dest_stop(xfer_kv_prefiller_t *p, struct kv_dest *dst, int err, int reply);
-void pf_cancel_retry(xfer_kv_prefiller_t *p, struct kv_dest *dst);
-void pf_reply(xfer_kv_prefiller_t *p, struct kv_dest *dst, bool quiesced);
+void xi_kv_pf_dest_stop(xfer_kv_prefiller_t *p, struct kv_dest *dst, int err, int reply);
+void xi_kv_pf_cancel_retry(xfer_kv_prefiller_t *p, struct kv_dest *dst);
+void xi_kv_pf_reply(xfer_kv_prefiller_t *p, struct kv_dest *dst, bool quiesced);
 
 /* kv_pf_req.c (mu held) */
-void pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m,
+void xi_kv_pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m,
 		     const void *raw, size_t len);
-void pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m);
+void xi_kv_pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m);
 /* A decoder joined: know it now, so that liveness probes are answered
  * before its first request (some providers detect a dead peer only once it
  * has answered one). */
-void pf_on_hello(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m);
-void pf_partials_expire(xfer_kv_prefiller_t *p, uint64_t now);
+void xi_kv_pf_on_hello(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m);
+void xi_kv_pf_partials_expire(xfer_kv_prefiller_t *p, uint64_t now);
 
 /* kv_pf_ctl.c */
-void pf_on_item(void *owner, const struct kv_item *it);
-uint64_t pf_on_tick(void *owner, uint64_t now);
+void xi_kv_pf_on_item(void *owner, const struct kv_item *it);
+uint64_t xi_kv_pf_on_tick(void *owner, uint64_t now);
 
 #endif

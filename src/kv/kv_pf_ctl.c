@@ -8,16 +8,16 @@
 static void on_msg(xfer_kv_prefiller_t *p, const struct kv_item *it)
 {
 	struct kv_msg m;
-	if (kv_msg_decode(it->data, it->len, &m)) {
+	if (xi_kv_msg_decode(it->data, it->len, &m)) {
 		p->st.msgs_dropped++;
 		return;
 	}
 	if (m.type == KV_MSG_REQ)
-		pf_on_req_chunk(p, it->src_id, &m, it->data, it->len);
+		xi_kv_pf_on_req_chunk(p, it->src_id, &m, it->data, it->len);
 	else if (m.type == KV_MSG_CANCEL)
-		pf_on_cancel(p, it->src_id, &m);
+		xi_kv_pf_on_cancel(p, it->src_id, &m);
 	else if (m.type == KV_MSG_HELLO)
-		pf_on_hello(p, it->src_id, &m);
+		xi_kv_pf_on_hello(p, it->src_id, &m);
 	else
 		p->st.msgs_dropped++;
 }
@@ -28,11 +28,11 @@ static void on_write_done(xfer_kv_prefiller_t *p, struct kv_dest *d, int res)
 	p->st.writes_cut += res == -ECANCELED;
 	/* -ECANCELED comes only from our own cancel, already under way. */
 	if (res < 0 && d->state == DS_ACTIVE)
-		pf_dest_stop(p, d, res, RP_FAIL);
+		xi_kv_pf_dest_stop(p, d, res, RP_FAIL);
 	if (d->state == DS_ACTIVE)
-		pf_pump(p, d);
+		xi_kv_pf_pump(p, d);
 	else
-		pf_job_check(p, d->job);
+		xi_kv_pf_job_check(p, d->job);
 }
 
 static void on_cancel_done(xfer_kv_prefiller_t *p, struct kv_dest *d, int res)
@@ -40,12 +40,12 @@ static void on_cancel_done(xfer_kv_prefiller_t *p, struct kv_dest *d, int res)
 	if (res == -ENOSPC) {
 		/* The engine tracks a bounded number of cancels at once. */
 		d->cancel_pending = true;
-		kv_core_kick(&p->core);
+		xi_kv_core_kick(&p->core);
 		return;
 	}
 	d->state = DS_QUIESCED;
-	pf_reply(p, d, res >= 0);
-	pf_job_check(p, d->job);
+	xi_kv_pf_reply(p, d, res >= 0);
+	xi_kv_pf_job_check(p, d->job);
 }
 
 static void on_send_done(xfer_kv_prefiller_t *p, struct kv_sendbuf *b)
@@ -57,16 +57,16 @@ static void on_send_done(xfer_kv_prefiller_t *p, struct kv_sendbuf *b)
 
 static void on_peer_down(xfer_kv_prefiller_t *p, const struct kv_item *it)
 {
-	kv_peer_mark_dead(&p->core, it->peer);
+	xi_kv_peer_mark_dead(&p->core, it->peer);
 	for (uint32_t i = 0; i < p->cfg.max_jobs; i++) {
 		struct kv_job *j = &p->jobs[i];
 		for (struct kv_dest *d = j->used ? j->dests : NULL; d; d = d->next)
 			if (d->engine_id == it->src_id)
-				pf_dest_stop(p, d, -XFER_EPEER, RP_FAIL);
+				xi_kv_pf_dest_stop(p, d, -XFER_EPEER, RP_FAIL);
 	}
 }
 
-void pf_on_item(void *owner, const struct kv_item *it)
+void xi_kv_pf_on_item(void *owner, const struct kv_item *it)
 {
 	xfer_kv_prefiller_t *p = owner;
 	switch (it->kind) {
@@ -105,7 +105,7 @@ static void say_goodbye(xfer_kv_prefiller_t *p)
 	p->bye_sent = true;
 	struct kv_msg m = {.type = KV_MSG_BYE};
 	for (uint32_t i = 0; i < p->core.npeers; i++)
-		if (!p->core.peers[i].dead && kv_send(&p->core, p->core.peers[i].peer, &m, NULL) == 0)
+		if (!p->core.peers[i].dead && xi_kv_send(&p->core, p->core.peers[i].peer, &m, NULL) == 0)
 			p->bye_pending++;
 }
 
@@ -117,7 +117,7 @@ static uint64_t tick_job(xfer_kv_prefiller_t *p, struct kv_job *j, uint64_t now)
 	if (!all_asked && !j->aborted) {
 		if (now >= j->deadline) {
 			j->aborted = true; /* stop waiting for decode ranks that never asked */
-			pf_job_check(p, j);
+			xi_kv_pf_job_check(p, j);
 			if (!j->used)
 				return next;
 		} else {
@@ -127,13 +127,13 @@ static uint64_t tick_job(xfer_kv_prefiller_t *p, struct kv_job *j, uint64_t now)
 	for (struct kv_dest *d = j->dests; d && j->used;) {
 		struct kv_dest *nd = d->next;
 		if (d->state == DS_ACTIVE && now >= d->deadline)
-			pf_dest_stop(p, d, -ETIMEDOUT, RP_FAIL); /* the decoder gave up by now */
+			xi_kv_pf_dest_stop(p, d, -ETIMEDOUT, RP_FAIL); /* the decoder gave up by now */
 		else if (d->state == DS_ACTIVE && d->deadline < next)
 			next = d->deadline;
 		if (d->cancel_pending)
-			pf_cancel_retry(p, d);
+			xi_kv_pf_cancel_retry(p, d);
 		else if (d->blocked && d->state == DS_ACTIVE)
-			pf_pump(p, d);
+			xi_kv_pf_pump(p, d);
 		if (j->used && (d->cancel_pending || d->blocked))
 			next = now + 200000;
 		d = nd;
@@ -141,7 +141,7 @@ static uint64_t tick_job(xfer_kv_prefiller_t *p, struct kv_job *j, uint64_t now)
 	return next;
 }
 
-uint64_t pf_on_tick(void *owner, uint64_t now)
+uint64_t xi_kv_pf_on_tick(void *owner, uint64_t now)
 {
 	xfer_kv_prefiller_t *p = owner;
 	uint64_t next = now + 1000000000ull;
@@ -154,14 +154,14 @@ uint64_t pf_on_tick(void *owner, uint64_t now)
 			next = t;
 		active += p->jobs[i].used;
 	}
-	pf_partials_expire(p, now);
+	xi_kv_pf_partials_expire(p, now);
 	if (p->leaving && !active && !p->bye_sent)
 		say_goodbye(p);
 	if (p->bye_sent && !p->bye_pending && !p->left_told) {
 		p->left_told = true;
-		pf_event(p, XFER_KV_PF_LEFT, 0, NULL);
+		xi_kv_pf_event(p, XFER_KV_PF_LEFT, 0, NULL);
 	}
-	if (kv_peer_reap(&p->core, wanted) && now + 10000000ull < next)
+	if (xi_kv_peer_reap(&p->core, wanted) && now + 10000000ull < next)
 		next = now + 10000000ull;
 	return next;
 }

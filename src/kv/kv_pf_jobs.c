@@ -6,7 +6,7 @@
 
 #include "kv_pf.h"
 
-struct kv_job *pf_job_find(xfer_kv_prefiller_t *p, uint64_t id)
+struct kv_job *xi_kv_pf_job_find(xfer_kv_prefiller_t *p, uint64_t id)
 {
 	for (uint32_t i = 0; i < p->cfg.max_jobs; i++)
 		if (p->jobs[i].used && p->jobs[i].id == id)
@@ -14,18 +14,18 @@ struct kv_job *pf_job_find(xfer_kv_prefiller_t *p, uint64_t id)
 	return NULL;
 }
 
-struct kv_job *pf_job_new(xfer_kv_prefiller_t *p, uint64_t id)
+struct kv_job *xi_kv_pf_job_new(xfer_kv_prefiller_t *p, uint64_t id)
 {
 	uint32_t slot;
 	for (uint32_t i = 0; i < p->cfg.max_jobs; i++) {
 		struct kv_job *j = &p->jobs[i];
 		if (j->used)
 			continue;
-		if (!kv_stack_pop(&p->free_ctx, &slot, 1))
+		if (!xi_kv_stack_pop(&p->free_ctx, &slot, 1))
 			return NULL;
 		*j = (struct kv_job){.used = true, .id = id, .ctx_slot = slot,
-				     .deadline = kv_now_ns() + p->cfg.job_timeout_ms * 1000000ull};
-		uint64_t now = kv_now_ns();
+				     .deadline = xi_kv_now_ns() + p->cfg.job_timeout_ms * 1000000ull};
+		uint64_t now = xi_kv_now_ns();
 		for (uint32_t t = 0; t < KV_TOMBS; t++)
 			if (p->tombs[t].kind == TOMB_GONE && p->tombs[t].key == id && p->tombs[t].until > now)
 				j->gone_mask |= 1ull << p->tombs[t].rank;
@@ -35,7 +35,7 @@ struct kv_job *pf_job_new(xfer_kv_prefiller_t *p, uint64_t id)
 	return NULL;
 }
 
-void pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struct kv_job *j)
+void xi_kv_pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struct kv_job *j)
 {
 	if (p->ev_count == p->ev_cap) {
 		/* Grow, keeping the order: the application may be slow to poll. */
@@ -64,15 +64,15 @@ void pf_event(xfer_kv_prefiller_t *p, uint32_t type, int32_t status, const struc
 	pthread_cond_broadcast(&p->core.app_cv);
 }
 
-void pf_tomb_add(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key, uint32_t rank)
+void xi_kv_pf_tomb_add(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key, uint32_t rank)
 {
 	p->tombs[p->tomb_next++ % KV_TOMBS] = (struct kv_tomb){
-		.kind = kind, .rank = rank, .src_id = src_id, .key = key, .until = kv_now_ns() + KV_TOMB_NS};
+		.kind = kind, .rank = rank, .src_id = src_id, .key = key, .until = xi_kv_now_ns() + KV_TOMB_NS};
 }
 
-bool pf_tomb_has(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key)
+bool xi_kv_pf_tomb_has(xfer_kv_prefiller_t *p, uint32_t kind, uint64_t src_id, uint64_t key)
 {
-	uint64_t now = kv_now_ns();
+	uint64_t now = xi_kv_now_ns();
 	for (uint32_t i = 0; i < KV_TOMBS; i++)
 		if (p->tombs[i].kind == kind && p->tombs[i].until > now && p->tombs[i].src_id == src_id &&
 		    p->tombs[i].key == key)
@@ -89,7 +89,7 @@ static void dest_free(struct kv_dest *d)
 	free(d);
 }
 
-void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j)
+void xi_kv_pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j)
 {
 	if (!j->used)
 		return;
@@ -108,7 +108,7 @@ void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j)
 	/* Every decode rank gave up: the application may stop computing. */
 	if ((all_asked || j->aborted) && j->dests && !any_live && !j->cancel_told) {
 		j->cancel_told = true;
-		pf_event(p, XFER_KV_PF_CANCELLED, status, j);
+		xi_kv_pf_event(p, XFER_KV_PF_CANCELLED, status, j);
 	}
 	if (!all_done || !(all_asked || j->aborted))
 		return;
@@ -118,14 +118,14 @@ void pf_job_check(xfer_kv_prefiller_t *p, struct kv_job *j)
 		status = -ETIMEDOUT;
 	if (status)
 		p->st.jobs_failed++;
-	pf_event(p, XFER_KV_PF_DONE, status, j);
-	pf_tomb_add(p, TOMB_JOB, 0, j->id, 0);
+	xi_kv_pf_event(p, XFER_KV_PF_DONE, status, j);
+	xi_kv_pf_tomb_add(p, TOMB_JOB, 0, j->id, 0);
 	while (j->dests) {
 		struct kv_dest *d = j->dests;
 		j->dests = d->next;
 		dest_free(d);
 	}
 	free(j->src_pages);
-	kv_stack_push(&p->free_ctx, &j->ctx_slot, 1);
+	xi_kv_stack_push(&p->free_ctx, &j->ctx_slot, 1);
 	*j = (struct kv_job){0};
 }

@@ -16,7 +16,7 @@ static bool same_layout(const struct xfer_kv_layout *a, const struct xfer_kv_lay
 static void refuse(xfer_kv_prefiller_t *p, xfer_peer_t peer, uint64_t dseq, int err)
 {
 	struct kv_msg m = {.type = KV_MSG_FAIL, .dseq = dseq, .err = err, .quiesced = 1};
-	kv_send(&p->core, peer, &m, NULL);
+	xi_kv_send(&p->core, peer, &m, NULL);
 }
 
 static struct kv_dest *find_dest(xfer_kv_prefiller_t *p, uint64_t src_id, uint64_t dseq)
@@ -85,7 +85,7 @@ static int import(xfer_kv_prefiller_t *p, struct kv_dest *d, const struct kv_msg
 
 static void drop_fresh(xfer_kv_prefiller_t *p, struct kv_job *j)
 {
-	kv_stack_push(&p->free_ctx, &j->ctx_slot, 1);
+	xi_kv_stack_push(&p->free_ctx, &j->ctx_slot, 1);
 	p->st.jobs--;
 	*j = (struct kv_job){0};
 }
@@ -93,9 +93,9 @@ static void drop_fresh(xfer_kv_prefiller_t *p, struct kv_job *j)
 static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, const struct kv_msg *m,
 		  uint32_t *pages, struct xfer_kv_plan *pl)
 {
-	if (pf_tomb_has(p, TOMB_JOB, 0, m->id))
+	if (xi_kv_pf_tomb_has(p, TOMB_JOB, 0, m->id))
 		return -ESTALE; /* that job has ended */
-	struct kv_job *j = pf_job_find(p, m->id);
+	struct kv_job *j = xi_kv_pf_job_find(p, m->id);
 	bool fresh = !j;
 	if (j && j->know_dsts && j->dst_tp != m->dst.tp_size)
 		return -EPROTO;
@@ -103,7 +103,7 @@ static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, con
 		return -EEXIST;
 	if (j && j->bound && j->npages != m->npages)
 		return -EINVAL;
-	if (!j && !(j = pf_job_new(p, m->id)))
+	if (!j && !(j = xi_kv_pf_job_new(p, m->id)))
 		return -EBUSY;
 	struct kv_dest *d = calloc(1, sizeof(*d));
 	int ret = d ? 0 : -ENOMEM;
@@ -111,7 +111,7 @@ static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, con
 		*d = (struct kv_dest){.job = j, .peer = peer, .engine_id = src_id, .dseq = m->dseq,
 				      .tag = ++p->next_tag, .imm = m->imm, .dst_rank = m->dst.tp_rank,
 				      .ctx_cap = m->ctx_cap, .ctx_off = m->ctx_off, .state = DS_ACTIVE,
-				      .deadline = kv_now_ns() + (uint64_t)m->xfer_ms * 1000000ull};
+				      .deadline = xi_kv_now_ns() + (uint64_t)m->xfer_ms * 1000000ull};
 		ret = import(p, d, m);
 	}
 	if (!ret && !j->know_dsts)
@@ -144,9 +144,9 @@ static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, con
 		j->tokens = m->tokens;
 		j->app_len = m->app_len;
 		memcpy(j->app, m->app, m->app_len);
-		pf_event(p, XFER_KV_PF_NEW, 0, j);
+		xi_kv_pf_event(p, XFER_KV_PF_NEW, 0, j);
 	}
-	pf_pump(p, d);
+	xi_kv_pf_pump(p, d);
 	return 0;
 }
 
@@ -154,8 +154,8 @@ static int attach(xfer_kv_prefiller_t *p, uint64_t src_id, xfer_peer_t peer, con
 static void on_req(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m, uint32_t *pages)
 {
 	xfer_peer_t peer;
-	if (pf_tomb_has(p, TOMB_DSEQ, src_id, m->dseq) ||
-	    kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer)) {
+	if (xi_kv_pf_tomb_has(p, TOMB_DSEQ, src_id, m->dseq) ||
+	    xi_kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer)) {
 		/* Cancelled before it arrived, or from a sender we cannot answer. */
 		free(pages);
 		return;
@@ -175,7 +175,7 @@ static void on_req(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg 
 static uint32_t *copy_pages(const struct kv_msg *m, uint32_t *into)
 {
 	for (uint32_t i = 0; i < m->count; i++)
-		into[m->first + i] = kv_page_at(m, i);
+		into[m->first + i] = xi_kv_page_at(m, i);
 	return into;
 }
 
@@ -211,7 +211,7 @@ static bool same_fixed(const struct kv_msg *a, const struct kv_msg *b)
 	       !memcmp(a->ctx_desc, b->ctx_desc, a->ctx_desc_len);
 }
 
-void pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m,
+void xi_kv_pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m,
 		     const void *raw, size_t len)
 {
 	if (m->count == m->npages) {
@@ -228,7 +228,7 @@ void pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_ms
 	struct kv_msg first;
 	if (!pa->used) {
 		*pa = (struct kv_partial){.used = true, .src_id = src_id, .dseq = m->dseq,
-					  .t_first = kv_now_ns(), .npages = m->npages,
+					  .t_first = xi_kv_now_ns(), .npages = m->npages,
 					  .pages = malloc((size_t)m->npages * sizeof(uint32_t)),
 					  .seen = calloc(m->npages, 1), .first_msg = malloc(len),
 					  .first_len = len};
@@ -237,7 +237,7 @@ void pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_ms
 			return;
 		}
 		memcpy(pa->first_msg, raw, len);
-	} else if (kv_msg_decode(pa->first_msg, pa->first_len, &first) || !same_fixed(&first, m)) {
+	} else if (xi_kv_msg_decode(pa->first_msg, pa->first_len, &first) || !same_fixed(&first, m)) {
 		p->st.msgs_dropped++;
 		return;
 	}
@@ -252,29 +252,29 @@ void pf_on_req_chunk(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_ms
 		return;
 	uint32_t *pages = pa->pages;
 	pa->pages = NULL;
-	if (kv_msg_decode(pa->first_msg, pa->first_len, &first) == 0)
+	if (xi_kv_msg_decode(pa->first_msg, pa->first_len, &first) == 0)
 		on_req(p, src_id, &first, pages);
 	else
 		free(pages);
 	partial_free(pa);
 }
 
-void pf_partials_expire(xfer_kv_prefiller_t *p, uint64_t now)
+void xi_kv_pf_partials_expire(xfer_kv_prefiller_t *p, uint64_t now)
 {
 	for (uint32_t i = 0; i < p->npartials; i++)
 		if (p->partials[i].used && now - p->partials[i].t_first > KV_PARTIAL_NS)
 			partial_free(&p->partials[i]);
 }
 
-void pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m)
+void xi_kv_pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m)
 {
 	p->st.cancels++;
 	struct kv_dest *d = find_dest(p, src_id, m->dseq);
 	if (d) {
 		if (d->state == DS_ACTIVE || d->state == DS_COMPLETE)
-			pf_dest_stop(p, d, -ECANCELED, RP_ACK);
+			xi_kv_pf_dest_stop(p, d, -ECANCELED, RP_ACK);
 		else if (d->state == DS_QUIESCED)
-			pf_reply(p, d, true);
+			xi_kv_pf_reply(p, d, true);
 		/* DRAINING: its answer follows when the drain completes. */
 		return;
 	}
@@ -283,25 +283,25 @@ void pf_on_cancel(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *
 	struct kv_partial *pa = partial_for(p, src_id, m->dseq);
 	if (pa && pa->used)
 		partial_free(pa);
-	pf_tomb_add(p, TOMB_DSEQ, src_id, m->dseq, 0);
+	xi_kv_pf_tomb_add(p, TOMB_DSEQ, src_id, m->dseq, 0);
 	/* The job need not wait for that decode rank's request. */
-	struct kv_job *j = pf_job_find(p, m->id);
+	struct kv_job *j = xi_kv_pf_job_find(p, m->id);
 	if (j) {
 		j->gone_mask |= 1ull << m->dst.tp_rank;
-		pf_job_check(p, j);
+		xi_kv_pf_job_check(p, j);
 	} else {
-		pf_tomb_add(p, TOMB_GONE, 0, m->id, m->dst.tp_rank);
+		xi_kv_pf_tomb_add(p, TOMB_GONE, 0, m->id, m->dst.tp_rank);
 	}
 	xfer_peer_t peer;
-	if (kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer) == 0) {
+	if (xi_kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer) == 0) {
 		struct kv_msg ack = {.type = KV_MSG_ACK, .dseq = m->dseq};
-		kv_send(&p->core, peer, &ack, NULL);
+		xi_kv_send(&p->core, peer, &ack, NULL);
 	}
 }
 
-void pf_on_hello(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m)
+void xi_kv_pf_on_hello(xfer_kv_prefiller_t *p, uint64_t src_id, const struct kv_msg *m)
 {
 	xfer_peer_t peer;
-	if (kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer))
+	if (xi_kv_peer_for(&p->core, src_id, m->addr, m->addr_len, &peer))
 		p->st.msgs_dropped++;
 }

@@ -7,7 +7,7 @@
 
 static uint64_t remaining_ms(const struct kv_dest *d)
 {
-	uint64_t now = kv_now_ns();
+	uint64_t now = xi_kv_now_ns();
 	return d->deadline > now ? (d->deadline - now) / 1000000ull + 1 : 1;
 }
 
@@ -23,7 +23,7 @@ static int submit_layer_seg(xfer_kv_prefiller_t *p, struct kv_dest *d)
 		.dst_pages = d->dst_pages, .dst_stride = pl->dst_page_stride,
 		.dst_base = d->next_layer * pl->dst_layer_stride + sg->dst_off,
 		.npages = j->npages, .imm = d->imm, .flags = XFER_F_IMM};
-	struct xfer_completion c = kv_completion(&p->core, (uint64_t)(uintptr_t)d, d->tag, remaining_ms(d));
+	struct xfer_completion c = xi_kv_completion(&p->core, (uint64_t)(uintptr_t)d, d->tag, remaining_ms(d));
 	int ret = xfer_write_paged(p->core.e, &w, &c);
 	if (!ret) {
 		p->st.writes++;
@@ -35,7 +35,7 @@ static int submit_layer_seg(xfer_kv_prefiller_t *p, struct kv_dest *d)
 static int submit_ctx(xfer_kv_prefiller_t *p, struct kv_dest *d)
 {
 	const struct kv_job *j = d->job;
-	struct xfer_completion c = kv_completion(&p->core, (uint64_t)(uintptr_t)d, d->tag, remaining_ms(d));
+	struct xfer_completion c = xi_kv_completion(&p->core, (uint64_t)(uintptr_t)d, d->tag, remaining_ms(d));
 	if (!d->ctx)
 		return xfer_write_imm(p->core.e, d->peer, d->imm, &c);
 	if (j->ctx_len > d->ctx_cap)
@@ -52,7 +52,7 @@ static int submit_ctx(xfer_kv_prefiller_t *p, struct kv_dest *d)
 	return ret;
 }
 
-void pf_pump(xfer_kv_prefiller_t *p, struct kv_dest *d)
+void xi_kv_pf_pump(xfer_kv_prefiller_t *p, struct kv_dest *d)
 {
 	const struct kv_job *j = d->job;
 	const uint32_t layers = p->cfg.layout.layers;
@@ -73,11 +73,11 @@ void pf_pump(xfer_kv_prefiller_t *p, struct kv_dest *d)
 		}
 		if (ret == -EAGAIN) {
 			d->blocked = true; /* the control thread retries */
-			kv_core_kick(&p->core);
+			xi_kv_core_kick(&p->core);
 			return;
 		}
 		if (ret) {
-			pf_dest_stop(p, d, ret, RP_FAIL);
+			xi_kv_pf_dest_stop(p, d, ret, RP_FAIL);
 			return;
 		}
 		d->outstanding++;
@@ -85,20 +85,20 @@ void pf_pump(xfer_kv_prefiller_t *p, struct kv_dest *d)
 	bool all_sent = d->next_layer == layers && (!d->plan->writes_ctx || d->ctx_sent);
 	if (d->state == DS_ACTIVE && all_sent && j->finished && !d->outstanding) {
 		d->state = DS_COMPLETE;
-		pf_job_check(p, d->job);
+		xi_kv_pf_job_check(p, d->job);
 	}
 }
 
-void pf_pump_job(xfer_kv_prefiller_t *p, struct kv_job *j)
+void xi_kv_pf_pump_job(xfer_kv_prefiller_t *p, struct kv_job *j)
 {
 	for (struct kv_dest *d = j->dests; d && j->used;) {
 		struct kv_dest *next = d->next; /* the job may end inside */
-		pf_pump(p, d);
+		xi_kv_pf_pump(p, d);
 		d = next;
 	}
 }
 
-void pf_reply(xfer_kv_prefiller_t *p, struct kv_dest *d, bool quiesced)
+void xi_kv_pf_reply(xfer_kv_prefiller_t *p, struct kv_dest *d, bool quiesced)
 {
 	struct kv_msg m = {.dseq = d->dseq};
 	if (d->reply == RP_ACK && quiesced) {
@@ -109,25 +109,25 @@ void pf_reply(xfer_kv_prefiller_t *p, struct kv_dest *d, bool quiesced)
 		m.quiesced = quiesced;
 	}
 	/* A dead decoder cannot be told; it no longer needs to be. */
-	kv_send(&p->core, d->peer, &m, NULL);
+	xi_kv_send(&p->core, d->peer, &m, NULL);
 }
 
-void pf_cancel_retry(xfer_kv_prefiller_t *p, struct kv_dest *d)
+void xi_kv_pf_cancel_retry(xfer_kv_prefiller_t *p, struct kv_dest *d)
 {
-	struct xfer_completion c = kv_completion(&p->core, (uint64_t)(uintptr_t)d, 0, 0);
+	struct xfer_completion c = xi_kv_completion(&p->core, (uint64_t)(uintptr_t)d, 0, 0);
 	int ret = xfer_cancel(p->core.e, d->tag, &c);
 	d->cancel_pending = ret == -EAGAIN;
 	if (d->cancel_pending) {
-		kv_core_kick(&p->core);
+		xi_kv_core_kick(&p->core);
 	} else if (ret) {
 		/* Cannot drain through the engine: say so, the decoder revokes. */
 		d->state = DS_QUIESCED;
-		pf_reply(p, d, false);
-		pf_job_check(p, d->job);
+		xi_kv_pf_reply(p, d, false);
+		xi_kv_pf_job_check(p, d->job);
 	}
 }
 
-void pf_dest_stop(xfer_kv_prefiller_t *p, struct kv_dest *d, int err, int reply)
+void xi_kv_pf_dest_stop(xfer_kv_prefiller_t *p, struct kv_dest *d, int err, int reply)
 {
 	if (d->state != DS_ACTIVE && d->state != DS_COMPLETE)
 		return;
@@ -136,5 +136,5 @@ void pf_dest_stop(xfer_kv_prefiller_t *p, struct kv_dest *d, int err, int reply)
 	d->reply = reply;
 	/* Nothing is submitted for it any more (mu is held), so the cancel
 	 * covers every write it has: its completion means none can land. */
-	pf_cancel_retry(p, d);
+	xi_kv_pf_cancel_retry(p, d);
 }

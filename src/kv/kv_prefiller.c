@@ -39,8 +39,8 @@ static void free_all(xfer_kv_prefiller_t *p)
 	free(p->jobs);
 	free(p->evq);
 	free(p->ctx_mem);
-	kv_peers_free(&p->core);
-	kv_stack_free(&p->free_ctx);
+	xi_kv_peers_free(&p->core);
+	xi_kv_stack_free(&p->free_ctx);
 	free(p);
 }
 
@@ -61,20 +61,20 @@ int xfer_kv_prefiller_create(const struct xfer_kv_pf_config *cfg, const struct x
 	if (cfg->ctx_bytes)
 		p->ctx_mem = malloc((size_t)cfg->ctx_bytes * cfg->max_jobs);
 	if (!p->jobs || !p->partials || (cfg->ctx_bytes && !p->ctx_mem) ||
-	    kv_stack_init(&p->free_ctx, cfg->max_jobs)) {
+	    xi_kv_stack_init(&p->free_ctx, cfg->max_jobs)) {
 		free_all(p);
 		return -ENOMEM;
 	}
 	p->core.owner = p;
-	p->core.on_item = pf_on_item;
-	p->core.on_tick = pf_on_tick;
-	int ret = kv_core_start(&p->core, attr);
+	p->core.on_item = xi_kv_pf_on_item;
+	p->core.on_tick = xi_kv_pf_on_tick;
+	int ret = xi_kv_core_start(&p->core, attr);
 	if (!ret)
 		ret = xfer_mr_reg(p->core.e, cfg->kv, xfer_kv_layout_bytes(&cfg->layout), &p->kv_mr);
 	if (!ret && p->ctx_mem)
 		ret = xfer_mr_reg(p->core.e, p->ctx_mem, (size_t)cfg->ctx_bytes * cfg->max_jobs, &p->ctx_mr);
 	if (ret) {
-		kv_core_stop(&p->core);
+		xi_kv_core_stop(&p->core);
 		xfer_engine_destroy(p->core.e);
 		free_all(p);
 		return ret;
@@ -87,7 +87,7 @@ void xfer_kv_prefiller_destroy(xfer_kv_prefiller_t *p)
 {
 	if (!p)
 		return;
-	kv_core_stop(&p->core);
+	xi_kv_core_stop(&p->core);
 	/* Imported regions belong to the engine's peers; destroy frees them. */
 	for (uint32_t i = 0; i < p->cfg.max_jobs; i++)
 		for (struct kv_dest *d = p->jobs[i].used ? p->jobs[i].dests : NULL; d; d = d->next) {
@@ -108,9 +108,9 @@ int xfer_kv_pf_poll(xfer_kv_prefiller_t *p, struct xfer_kv_pf_event *ev, int max
 {
 	if (!p || !ev || max <= 0)
 		return -EINVAL;
-	uint64_t until = kv_now_ns() + timeout_ms * 1000000ull;
+	uint64_t until = xi_kv_now_ns() + timeout_ms * 1000000ull;
 	pthread_mutex_lock(&p->core.mu);
-	while (!p->ev_count && kv_now_ns() < until) {
+	while (!p->ev_count && xi_kv_now_ns() < until) {
 		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 				      .tv_nsec = (long)(until % 1000000000ull)};
 		pthread_cond_timedwait(&p->core.app_cv, &p->core.mu, &ts);
@@ -137,11 +137,11 @@ int xfer_kv_pf_bind(xfer_kv_prefiller_t *p, uint64_t id, const uint32_t *pages, 
 		return -ENOMEM;
 	memcpy(copy, pages, (size_t)n * sizeof(*copy));
 	pthread_mutex_lock(&p->core.mu);
-	struct kv_job *j = pf_job_find(p, id);
+	struct kv_job *j = xi_kv_pf_job_find(p, id);
 	int ret = 0;
-	if (!j && pf_tomb_has(p, TOMB_JOB, 0, id))
+	if (!j && xi_kv_pf_tomb_has(p, TOMB_JOB, 0, id))
 		ret = -ESTALE;
-	else if (!j && !(j = pf_job_new(p, id)))
+	else if (!j && !(j = xi_kv_pf_job_new(p, id)))
 		ret = -EBUSY;
 	else if (j->bound)
 		ret = -EALREADY;
@@ -152,7 +152,7 @@ int xfer_kv_pf_bind(xfer_kv_prefiller_t *p, uint64_t id, const uint32_t *pages, 
 		j->npages = n;
 		j->bound = true;
 		copy = NULL;
-		pf_pump_job(p, j);
+		xi_kv_pf_pump_job(p, j);
 	}
 	pthread_mutex_unlock(&p->core.mu);
 	free(copy);
@@ -164,10 +164,10 @@ int xfer_kv_pf_layers_done(xfer_kv_prefiller_t *p, uint64_t id, uint32_t layers)
 	if (!p || layers > p->cfg.layout.layers)
 		return -EINVAL;
 	pthread_mutex_lock(&p->core.mu);
-	struct kv_job *j = pf_job_find(p, id);
+	struct kv_job *j = xi_kv_pf_job_find(p, id);
 	if (j && layers > j->layers_ready) {
 		j->layers_ready = layers;
-		pf_pump_job(p, j);
+		xi_kv_pf_pump_job(p, j);
 	}
 	pthread_mutex_unlock(&p->core.mu);
 	return j ? 0 : -ENOENT;
@@ -178,7 +178,7 @@ int xfer_kv_pf_finish(xfer_kv_prefiller_t *p, uint64_t id, const void *ctx, uint
 	if (!p || len > p->cfg.ctx_bytes || (len && !ctx))
 		return -EINVAL;
 	pthread_mutex_lock(&p->core.mu);
-	struct kv_job *j = pf_job_find(p, id);
+	struct kv_job *j = xi_kv_pf_job_find(p, id);
 	int ret = !j ? -ENOENT : j->finished ? -EALREADY : !j->bound ? -EINVAL : 0;
 	if (!ret) {
 		if (len)
@@ -186,9 +186,9 @@ int xfer_kv_pf_finish(xfer_kv_prefiller_t *p, uint64_t id, const void *ctx, uint
 		j->ctx_len = len;
 		j->finished = true;
 		j->layers_ready = p->cfg.layout.layers;
-		pf_pump_job(p, j);
+		xi_kv_pf_pump_job(p, j);
 		if (j->used)
-			pf_job_check(p, j);
+			xi_kv_pf_job_check(p, j);
 	}
 	pthread_mutex_unlock(&p->core.mu);
 	return ret;
@@ -201,7 +201,7 @@ int xfer_kv_pf_leave(xfer_kv_prefiller_t *p)
 	pthread_mutex_lock(&p->core.mu);
 	p->leaving = true;
 	pthread_mutex_unlock(&p->core.mu);
-	kv_core_kick(&p->core);
+	xi_kv_core_kick(&p->core);
 	return 0;
 }
 

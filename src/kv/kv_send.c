@@ -7,11 +7,11 @@
 
 static int post(struct kv_core *c, struct kv_sendbuf *b)
 {
-	struct xfer_completion done = kv_completion(c, (uint64_t)(uintptr_t)b, 0, 0);
+	struct xfer_completion done = xi_kv_completion(c, (uint64_t)(uintptr_t)b, 0, 0);
 	return xfer_send(c->e, b->peer, b->data, b->len, &done);
 }
 
-int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages)
+int xi_kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const uint32_t *pages)
 {
 	size_t cap = c->attr.msg_max;
 	struct kv_sendbuf *b = malloc(sizeof(*b) + cap);
@@ -22,7 +22,7 @@ int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const u
 	b->type = m->type;
 	b->dseq = m->dseq;
 	b->engine_id = xfer_peer_id(c->e, peer);
-	int len = kv_msg_encode(m, pages, b->data, cap);
+	int len = xi_kv_msg_encode(m, pages, b->data, cap);
 	if (len < 0) {
 		free(b);
 		return len;
@@ -43,7 +43,7 @@ int kv_send(struct kv_core *c, xfer_peer_t peer, const struct kv_msg *m, const u
 	return ret;
 }
 
-bool kv_send_pending(struct kv_core *c)
+bool xi_kv_send_pending(struct kv_core *c)
 {
 	while (c->pend_head) {
 		struct kv_sendbuf *b = c->pend_head;
@@ -58,7 +58,7 @@ bool kv_send_pending(struct kv_core *c)
 			/* The owner learns of it as it would of a failed SEND. */
 			struct xfer_cqe cqe = {.user_data = (uint64_t)(uintptr_t)b, .res = ret,
 					       .kind = XFER_OP_SEND};
-			kv_core_cb(c, &cqe);
+			xi_kv_core_cb(c, &cqe);
 		}
 	}
 	return false;

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-int kv_stack_init(struct kv_stack *s, uint32_t cap)
+int xi_kv_stack_init(struct kv_stack *s, uint32_t cap)
 {
 	s->v = malloc((size_t)(cap ? cap : 1) * sizeof(*s->v));
 	if (!s->v)
@@ -14,14 +14,14 @@ int kv_stack_init(struct kv_stack *s, uint32_t cap)
 	return 0;
 }
 
-void kv_stack_free(struct kv_stack *s)
+void xi_kv_stack_free(struct kv_stack *s)
 {
 	free(s->v);
 	s->v = NULL;
 	s->n = s->cap = 0;
 }
 
-bool kv_stack_pop(struct kv_stack *s, uint32_t *out, uint32_t n)
+bool xi_kv_stack_pop(struct kv_stack *s, uint32_t *out, uint32_t n)
 {
 	if (n > s->n)
 		return false;
@@ -30,7 +30,7 @@ bool kv_stack_pop(struct kv_stack *s, uint32_t *out, uint32_t n)
 	return true;
 }
 
-void kv_stack_push(struct kv_stack *s, const uint32_t *in, uint32_t n)
+void xi_kv_stack_push(struct kv_stack *s, const uint32_t *in, uint32_t n)
 {
 	/* Reversed, so that popping the same count gives back the same order. */
 	for (uint32_t i = n; i-- > 0 && s->n < s->cap;)

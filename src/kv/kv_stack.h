@@ -12,10 +12,10 @@ struct kv_stack {
 };
 
 /* Holds 0..cap-1, with 0 on top. */
-int kv_stack_init(struct kv_stack *s, uint32_t cap);
-void kv_stack_free(struct kv_stack *s);
+int xi_kv_stack_init(struct kv_stack *s, uint32_t cap);
+void xi_kv_stack_free(struct kv_stack *s);
 /* Takes n indices into out, or none (false) if fewer are free. */
-bool kv_stack_pop(struct kv_stack *s, uint32_t *out, uint32_t n);
-void kv_stack_push(struct kv_stack *s, const uint32_t *in, uint32_t n);
+bool xi_kv_stack_pop(struct kv_stack *s, uint32_t *out, uint32_t n);
+void xi_kv_stack_push(struct kv_stack *s, const uint32_t *in, uint32_t n);
 
 #endif

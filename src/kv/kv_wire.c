@@ -45,13 +45,13 @@ static const uint8_t *get_blob(struct wire_cursor *c, uint16_t *len, size_t max)
 	return wc_take(c, *len);
 }
 
-size_t kv_req_fixed_len(const struct kv_msg *m)
+size_t xi_kv_req_fixed_len(const struct kv_msg *m)
 {
 	return HDR_BYTES + 8 + 8 + 4 * 8 + 8 + 2 * 4 * LAYOUT_WORDS + 4 * 2 + m->addr_len + m->kv_desc_len +
 	       m->ctx_desc_len + m->app_len + CRC_BYTES;
 }
 
-int kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size_t cap)
+int xi_kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size_t cap)
 {
 	struct wire_cursor c = {.w = buf, .cap = cap};
 	wc_put_u(&c, KV_WIRE_MAGIC, 4);
@@ -104,14 +104,14 @@ int kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size
 	return c.bad ? -ENOSPC : (int)c.pos;
 }
 
-int kv_msg_is_ours(const void *buf, size_t len)
+int xi_kv_msg_is_ours(const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
 	return len >= HDR_BYTES && ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
 				    (uint32_t)p[3] << 24) == KV_WIRE_MAGIC;
 }
 
-uint32_t kv_page_at(const struct kv_msg *m, uint32_t i)
+uint32_t xi_kv_page_at(const struct kv_msg *m, uint32_t i)
 {
 	const uint8_t *p = m->pages + (size_t)i * 4;
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -144,10 +144,10 @@ static int decode_req(struct wire_cursor *c, struct kv_msg *m)
 	return 0;
 }
 
-int kv_msg_decode(const void *buf, size_t len, struct kv_msg *m)
+int xi_kv_msg_decode(const void *buf, size_t len, struct kv_msg *m)
 {
 	memset(m, 0, sizeof(*m));
-	if (!buf || len < HDR_BYTES + 8 + CRC_BYTES || !kv_msg_is_ours(buf, len))
+	if (!buf || len < HDR_BYTES + 8 + CRC_BYTES || !xi_kv_msg_is_ours(buf, len))
 		return -XFER_EBADWIRE;
 	const uint8_t *p = buf;
 	uint32_t crc = (uint32_t)p[len - 4] | (uint32_t)p[len - 3] << 8 | (uint32_t)p[len - 2] << 16 |

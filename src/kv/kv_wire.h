@@ -44,15 +44,15 @@ struct kv_msg {
 };
 
 /* Bytes of a REQ's fixed part (everything but page indices). */
-size_t kv_req_fixed_len(const struct kv_msg *m);
+size_t xi_kv_req_fixed_len(const struct kv_msg *m);
 /* Encodes m into buf (cap bytes); pages are m->count u32 from `pages`.
  * Returns the length or -ENOSPC. */
-int kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size_t cap);
+int xi_kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, size_t cap);
 /* Parses untrusted bytes; pointers in *m point into buf. 0, -XFER_EBADWIRE,
  * -XFER_EVERSION. */
-int kv_msg_decode(const void *buf, size_t len, struct kv_msg *m);
+int xi_kv_msg_decode(const void *buf, size_t len, struct kv_msg *m);
 /* Whether bytes start like a module message (so they are not the application's). */
-int kv_msg_is_ours(const void *buf, size_t len);
-uint32_t kv_page_at(const struct kv_msg *m, uint32_t i);
+int xi_kv_msg_is_ours(const void *buf, size_t len);
+uint32_t xi_kv_page_at(const struct kv_msg *m, uint32_t i);
 
 #endif

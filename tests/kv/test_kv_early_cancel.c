@@ -34,14 +34,14 @@ int main(void)
 			   .addr_len = (uint16_t)rlen};
 	m.dst.tp_rank = 1;
 	uint8_t buf[XFER_ADDR_MAX + 64], in[256];
-	int len = kv_msg_encode(&m, NULL, buf, sizeof(buf));
+	int len = xi_kv_msg_encode(&m, NULL, buf, sizeof(buf));
 	CHECK(len > 0);
 	CHECK_OK(xfer_send(raw, to_p, buf, (size_t)len, NULL));
 	CHECK_RC(t_wait_cqe(raw, 5000).res, 0);
 	struct xfer_msg_info info;
 	CHECK(xfer_recv_wait(raw, in, sizeof(in), &info, 5000) == 1);
 	struct kv_msg ack;
-	CHECK_OK(kv_msg_decode(in, info.len, &ack));
+	CHECK_OK(xi_kv_msg_decode(in, info.len, &ack));
 	CHECK(ack.type == KV_MSG_ACK && ack.dseq == 123);
 
 	/* Decode rank 0 asks for it and gets it; the job does not wait for rank 1. */
@@ -88,7 +88,7 @@ int main(void)
 			    .count = 1, .src = pl, .dst = kvt_layout(XFER_KV_GQA, 2, 2, 1, POOL, 0),
 			    .addr = raddr, .addr_len = (uint16_t)rlen, .kv_desc = buf, .kv_desc_len = 8};
 	uint32_t one = 0;
-	len = kv_msg_encode(&m, &one, buf + 512, sizeof(buf) - 512);
+	len = xi_kv_msg_encode(&m, &one, buf + 512, sizeof(buf) - 512);
 	CHECK(len > 0);
 	CHECK_OK(xfer_send(raw, to_p, buf + 512, (size_t)len, NULL));
 	CHECK_RC(t_wait_cqe(raw, 5000).res, 0);
