@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "api/mr.h"
+#include "backend/registry.h"
 #include "core/bringup.h"
 #include "core/regions.h"
 #include "core/thread.h"

@@ -3,7 +3,7 @@
  * table is filled: what a backend cannot do points at a stub returning
  * -EOPNOTSUPP, so the core never tests for NULL. All calls but discovery and
  * open happen on the NIC's worker thread only. Backends live in folders of
- * their own under src/backend/ and are found through registry.c; they see
+ * their own under src/backend/ and are found through registry.h; they see
  * nothing of the core (its state reaches them only as the contexts they
  * hand back in events). */
 #ifndef XFER_BACKEND_H
@@ -111,14 +111,8 @@ struct xfer_nic {
 	bool delivery_complete; /* a completion means the data is at the target */
 };
 
-/* stub.c: fills every NULL slot of ops with a stub that fails with
- * -EOPNOTSUPP (or, for poll, finds nothing). */
+/* Fills every NULL slot of ops with a stub that fails with -EOPNOTSUPP (or,
+ * for poll, finds nothing). */
 void xi_backend_fill_stubs(struct backend_ops *ops);
-
-/* registry.c: the backend serving a provider name (never NULL: libfabric
- * serves every name no other backend claims). */
-const struct backend_ops *xi_backend_find(const char *provider);
-/* Tests only: engines created from now on use ops, whatever the provider. */
-void xi_backend_override(const struct backend_ops *ops);
 
 #endif

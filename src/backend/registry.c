@@ -2,10 +2,11 @@
  * its own header; the first entry is the default and serves every name the
  * others do not claim (libfabric knows its providers' names itself).
  * Adding a backend is two lines here: its #include and its entry. */
+#include "backend/registry.h"
+
 #include <stddef.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "backend/ofi/ofi.h"
 
 static const struct backend_ops *const backends[] = {

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/registry.h"
 #include "fake_cuda.h"
 #include "helpers.h"
 #include "backend/ofi/ofi.h"

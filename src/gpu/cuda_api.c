@@ -1,3 +1,6 @@
+/* The CUDA driver API, loaded at run time (gpu/cuda_api.h). */
+#include "gpu/cuda_api.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -6,7 +9,6 @@
 
 #include "util/log.h"
 #include "wire/wire.h"
-#include "gpu/cuda_api.h"
 #include "xfer.h"
 
 static struct cuda_api api;

@@ -1,7 +1,7 @@
 /* What a backend leaves NULL in its ops table. */
-#include <errno.h>
-
 #include "backend/backend.h"
+
+#include <errno.h>
 
 static int stub_open(struct xfer_nic *n, const char *p, const char *d)
 {
