@@ -243,7 +243,9 @@ static int wedge_init(struct fault_init *f)
 	CHECK_OK(xfer_write_imm(f->e, f->t, W_IMM, &c0));
 	CHECK(t_recv_u64(f->fd_t) == 1);
 	for (uint32_t i = 0; i < n; i++) {
-		struct xfer_write w = {.src = f->src, .dst = f->t_rmr, .src_off = (i % 64) * W_LEN,
+		/* Past the first 64 KiB of the source: the stable peer's scratch,
+		 * rewritten by stable_check while these may still be in flight. */
+		struct xfer_write w = {.src = f->src, .dst = f->t_rmr, .src_off = 65536 + (i % 64) * W_LEN,
 				       .dst_off = (i % 64) * W_LEN, .len = W_LEN};
 		struct xfer_completion c = {.user_data = 1000 + i, .timeout_ms = 60000};
 		CHECK_OK(xfer_write(f->e, &w, &c));
