@@ -92,15 +92,20 @@ bench: build
 bench-multinic: build
 	$(BUILD)/bin/xfer-bench-multinic $(RATE)
 
-# libFuzzer over the address and descriptor parsers, from the corpus in the
-# repository (copied, so that new finds do not dirty the tree).
+# libFuzzer over every parser of untrusted bytes, FUZZ_SECONDS each: the
+# address and descriptor parsers (fuzz_wire) and the in-band message codec
+# (fuzz_msg), from the corpora in the repository (copied, so that new finds
+# do not dirty the tree).
 FUZZ_SECONDS ?= 60
+FUZZ_CC = clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
 fuzz:
-	mkdir -p $(BUILD)/fuzz-corpus
+	mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-msg
 	cp tests/fuzz/corpus/* $(BUILD)/fuzz-corpus/
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-		tests/fuzz/fuzz_wire.c src/wire.c -o $(BUILD)/fuzz_wire
+	cp tests/fuzz/corpus-msg/* $(BUILD)/fuzz-corpus-msg/
+	$(FUZZ_CC) tests/fuzz/fuzz_wire.c src/wire/wire.c -o $(BUILD)/fuzz_wire
+	$(FUZZ_CC) tests/fuzz/fuzz_msg.c src/wire/msg.c -o $(BUILD)/fuzz_msg
 	$(BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus
+	$(BUILD)/fuzz_msg -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus-msg
 
 # Random operations with checksums for SOAK_SECONDS on both providers.
 SOAK_SECONDS ?= 60

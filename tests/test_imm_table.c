@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "imm_table.h"
+#include "util/imm_table.h"
 
 #define LIMIT 64
 #define KEYS 200
@@ -11,8 +11,8 @@
 int main(void)
 {
 	struct imm_table t;
-	CHECK_RC(imm_table_init(&t, 0), -EINVAL);
-	CHECK_OK(imm_table_init(&t, LIMIT));
+	CHECK_RC(xi_imm_table_init(&t, 0), -EINVAL);
+	CHECK_OK(xi_imm_table_init(&t, LIMIT));
 	uint32_t model[KEYS];
 	bool present[KEYS];
 	memset(present, 0, sizeof(present));
@@ -24,7 +24,7 @@ int main(void)
 		/* Keys collide in the low bits on purpose to make long probe runs. */
 		uint32_t imm = k * 1024u;
 		if (t_rand(&s) % 3) {
-			struct imm_entry *en = imm_table_get(&t, imm, true);
+			struct imm_entry *en = xi_imm_table_get(&t, imm, true);
 			if (!present[k] && used == LIMIT) {
 				CHECK(en == NULL);
 				continue;
@@ -38,11 +38,11 @@ int main(void)
 			en->count++;
 			model[k]++;
 		} else {
-			struct imm_entry *en = imm_table_get(&t, imm, false);
+			struct imm_entry *en = xi_imm_table_get(&t, imm, false);
 			CHECK(!!en == present[k]);
 			if (en) {
 				CHECK(en->count == model[k]);
-				imm_table_release(&t, en);
+				xi_imm_table_release(&t, en);
 				present[k] = false;
 				model[k] = 0;
 				used--;
@@ -50,13 +50,13 @@ int main(void)
 		}
 		if (step % 1000 == 0)
 			for (uint32_t j = 0; j < KEYS; j++) {
-				struct imm_entry *en = imm_table_get(&t, j * 1024u, false);
+				struct imm_entry *en = xi_imm_table_get(&t, j * 1024u, false);
 				CHECK(!!en == present[j]);
 				CHECK(!en || en->count == model[j]);
 			}
 	}
 	CHECK(t.used == used);
-	imm_table_destroy(&t);
+	xi_imm_table_destroy(&t);
 	printf("imm table: ok\n");
 	return 0;
 }

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "log.h"
+#include "util/log.h"
 
 #define MAX_LINES 64
 
@@ -101,7 +101,7 @@ static void test_worker_lines(struct capture *c)
 	CHECK(at >= 0);
 	CHECK(c->level[at] == XFER_LOG_INFO);
 	CHECK(c->other_thread > 0);
-	atomic_store(&xlog_level, XFER_LOG_WARN);
+	atomic_store(&xi_log_level, XFER_LOG_WARN);
 }
 
 /* Unset: lines go to stderr again, none to the old handler. */
@@ -141,7 +141,7 @@ static void *logger(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&stop_logging))
-		xlog_emit(XFER_LOG_DEBUG, "line %d", 1);
+		xi_log_emit(XFER_LOG_DEBUG, "line %d", 1);
 	return NULL;
 }
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "mpmc_queue.h"
+#include "util/mpmc_queue.h"
 
 #define PRODUCERS 4
 #define CONSUMERS 2
@@ -20,7 +20,7 @@ static void *producer(void *arg)
 	uint64_t base = (uint64_t)(uintptr_t)arg * PER_PRODUCER;
 	for (uint64_t i = 0; i < PER_PRODUCER; i++) {
 		uint64_t v = base + i;
-		while (!mpmc_push(&q, &v))
+		while (!xi_mpmc_push(&q, &v))
 			;
 	}
 	return NULL;
@@ -31,7 +31,7 @@ static void *consumer(void *arg)
 	(void)arg;
 	uint64_t v;
 	while (atomic_load(&consumed) < PRODUCERS * PER_PRODUCER) {
-		if (!mpmc_pop(&q, &v))
+		if (!xi_mpmc_pop(&q, &v))
 			continue;
 		CHECK(v < PRODUCERS * PER_PRODUCER);
 		CHECK(atomic_fetch_add(&seen[v], 1) == 0);
@@ -42,24 +42,24 @@ static void *consumer(void *arg)
 
 int main(void)
 {
-	CHECK_RC(mpmc_init(&q, 0, 8), -EINVAL);
-	CHECK_OK(mpmc_init(&q, 5, 24));
-	CHECK(mpmc_capacity(&q) == 8);
+	CHECK_RC(xi_mpmc_init(&q, 0, 8), -EINVAL);
+	CHECK_OK(xi_mpmc_init(&q, 5, 24));
+	CHECK(xi_mpmc_capacity(&q) == 8);
 	uint8_t e[24], out[24];
-	CHECK(mpmc_empty_hint(&q));
+	CHECK(xi_mpmc_empty_hint(&q));
 	for (int i = 0; i < 8; i++) {
 		memset(e, i, sizeof(e));
-		CHECK(mpmc_push(&q, e));
+		CHECK(xi_mpmc_push(&q, e));
 	}
-	CHECK(!mpmc_push(&q, e));
+	CHECK(!xi_mpmc_push(&q, e));
 	for (int i = 0; i < 8; i++) {
-		CHECK(mpmc_pop(&q, out));
+		CHECK(xi_mpmc_pop(&q, out));
 		CHECK(out[0] == i && out[23] == i);
 	}
-	CHECK(!mpmc_pop(&q, out));
-	mpmc_destroy(&q);
+	CHECK(!xi_mpmc_pop(&q, out));
+	xi_mpmc_destroy(&q);
 
-	CHECK_OK(mpmc_init(&q, 256, sizeof(uint64_t)));
+	CHECK_OK(xi_mpmc_init(&q, 256, sizeof(uint64_t)));
 	pthread_t p[PRODUCERS], c[CONSUMERS];
 	for (uintptr_t i = 0; i < PRODUCERS; i++)
 		CHECK(pthread_create(&p[i], NULL, producer, (void *)i) == 0);
@@ -71,7 +71,7 @@ int main(void)
 		pthread_join(c[i], NULL);
 	for (int i = 0; i < PRODUCERS * PER_PRODUCER; i++)
 		CHECK(atomic_load(&seen[i]) == 1);
-	mpmc_destroy(&q);
+	xi_mpmc_destroy(&q);
 	printf("queue: ok\n");
 	return 0;
 }

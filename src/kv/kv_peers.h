@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kv_core.h"
+#include "kv_state.h"
 
 /* The peer with this engine id, adding it from addr when unknown (and
  * checking that the address is the sender's). -EBUSY for an engine

@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "kv_core.h"
+#include "kv_state.h"
 #include "kv_wire.h"
 
 /* Encodes and sends m to peer. Returns 0 or the submission error. Call

@@ -1,8 +1,8 @@
 /* Encoding and bounded parsing of module messages (kv_wire.h). */
 #include "kv_wire.h"
 
-#include "../wire.h" /* wire_crc32: the same CRC as addresses and descriptors */
-#include "../wire_cursor.h"
+#include "wire/wire.h" /* xi_wire_crc32: the same CRC as addresses and descriptors */
+#include "wire/wire_cursor.h"
 
 #include <errno.h>
 #include <string.h>
@@ -100,7 +100,7 @@ int xi_kv_msg_encode(const struct kv_msg *m, const uint32_t *pages, void *buf, s
 	}
 	if (c.bad)
 		return -ENOSPC;
-	wc_put_u(&c, wire_crc32(buf, c.pos), 4);
+	wc_put_u(&c, xi_wire_crc32(buf, c.pos), 4);
 	return c.bad ? -ENOSPC : (int)c.pos;
 }
 
@@ -152,7 +152,7 @@ int xi_kv_msg_decode(const void *buf, size_t len, struct kv_msg *m)
 	const uint8_t *p = buf;
 	uint32_t crc = (uint32_t)p[len - 4] | (uint32_t)p[len - 3] << 8 | (uint32_t)p[len - 2] << 16 |
 		       (uint32_t)p[len - 1] << 24;
-	if (crc != wire_crc32(p, len - CRC_BYTES))
+	if (crc != xi_wire_crc32(p, len - CRC_BYTES))
 		return -XFER_EBADWIRE;
 	struct wire_cursor c = {.r = p, .cap = len - CRC_BYTES, .pos = 4};
 	if (wc_get_u(&c, 2) != KV_WIRE_VERSION)

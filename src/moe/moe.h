@@ -31,7 +31,7 @@ struct moe_route {
 /* Fills r and the route vector rv (route_words) for n tokens; topk_idx is
  * int32 (idx_bytes 4) or int64 (8). Slots with an expert out of [0, E) are
  * empty. */
-void moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint32_t n,
+void xi_moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint32_t n,
 		       const void *topk_idx, uint32_t idx_bytes, struct moe_route *r, uint32_t *rv);
 
 /* ----------------------------------------------------------------- plan */
@@ -52,22 +52,22 @@ struct moe_plan {
 };
 
 /* Returns 0, or -ENOSPC with *why_rank = the expert (capacity) that overflowed. */
-int moe_plan_recv(const struct xfer_moe_config *c, const struct xfer_moe_sizes *z, uint32_t me,
+int xi_moe_plan_recv(const struct xfer_moe_config *c, const struct xfer_moe_sizes *z, uint32_t me,
 		  const uint32_t *const *rows, struct moe_plan *p, uint32_t *why);
 
 /* Where sender `me`'s overflow records land at every remote destination d
  * (record index in d's receive buffer), and whether every receiver's
  * overflow area holds what it gets: 0, or -ENOSPC with *bad = that rank. */
-int moe_plan_send(const struct xfer_moe_config *c, uint32_t me, const uint32_t *const *rows,
+int xi_moe_plan_send(const struct xfer_moe_config *c, uint32_t me, const uint32_t *const *rows,
 		  uint64_t *ovf_dst, uint32_t *bad);
 
 /* Whether every rank's experts hold the rows the round gives them: 0, or
  * -ENOSPC with *bad = the first expert that overflows. */
-int moe_plan_capacity(const struct xfer_moe_config *c, const uint32_t *const *rows, uint32_t *bad);
+int xi_moe_plan_capacity(const struct xfer_moe_config *c, const uint32_t *const *rows, uint32_t *bad);
 
 /* Checks a route vector read from another rank (untrusted bytes): its stamp,
  * and counts that add up within the bounds its buffers assume. */
-int moe_route_valid(const struct xfer_moe_config *c, uint32_t round, uint32_t src,
+int xi_moe_route_valid(const struct xfer_moe_config *c, uint32_t round, uint32_t src,
 		    const uint32_t *row);
 
 /* ----------------------------------------------------------- the module */
@@ -155,24 +155,24 @@ struct xfer_moe {
 	int32_t *cpu_rowq;        /* [expert_rows] each row's index in the combine pair stream */
 };
 
-/* Allocates a plan's arrays (freed with moe_plan_free). */
-int moe_plan_alloc(struct moe_plan *p, uint32_t world, uint32_t local_experts);
-void moe_plan_free(struct moe_plan *p);
-int moe_route_alloc(struct moe_route *r, uint32_t tokens, uint32_t topk, uint32_t world);
-void moe_route_free(struct moe_route *r);
+/* Allocates a plan's arrays (freed with xi_moe_plan_free). */
+int xi_moe_plan_alloc(struct moe_plan *p, uint32_t world, uint32_t local_experts);
+void xi_moe_plan_free(struct moe_plan *p);
+int xi_moe_route_alloc(struct moe_route *r, uint32_t tokens, uint32_t topk, uint32_t world);
+void xi_moe_route_free(struct moe_route *r);
 
 /* Records the module's failure (the first one wins) and releases every flag
  * a kernel may wait on; fmt names the rank and the round. */
-void moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
+void xi_moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /* The proxy thread (moe_proxy.c). */
-void *moe_proxy_main(void *arg);
+void *xi_moe_proxy_main(void *arg);
 /* Engine completion callback of every operation the proxy posts. */
-void moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe);
+void xi_moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe);
 
-uint64_t moe_now_ns(void);
+uint64_t xi_moe_now_ns(void);
 /* Rank of a group member. */
-uint32_t moe_member_rank(const struct xfer_moe *m, uint32_t member);
+uint32_t xi_moe_member_rank(const struct xfer_moe *m, uint32_t member);
 
 #endif

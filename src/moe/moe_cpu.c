@@ -33,14 +33,14 @@ static int failed(const struct xfer_moe *m)
  * which names the rank, is the one reported. */
 static int wait_flag(struct xfer_moe *m, volatile uint32_t *flag, uint32_t round, const char *what)
 {
-	uint64_t t0 = moe_now_ns(), limit = (m->cfg.timeout_ms + 1000) * 1000000ull;
+	uint64_t t0 = xi_moe_now_ns(), limit = (m->cfg.timeout_ms + 1000) * 1000000ull;
 	long nap = 0;
 	while (load_acq(flag) != 1) {
 		if (failed(m))
 			return failed(m);
-		uint64_t el = moe_now_ns() - t0;
+		uint64_t el = xi_moe_now_ns() - t0;
 		if (el > limit) {
-			moe_fail(m, -ETIMEDOUT, UINT32_MAX, "round %u: timed out waiting for %s", round, what);
+			xi_moe_fail(m, -ETIMEDOUT, UINT32_MAX, "round %u: timed out waiting for %s", round, what);
 			return -ETIMEDOUT;
 		}
 		if (el > 50000) {
@@ -120,7 +120,7 @@ int xfer_moe_cpu_dispatch_send(xfer_moe_t *m, const struct xfer_moe_tokens *t)
 	if (m->n_remote && (rc = wait_flag(m, &m->b.ctl->tx_ready, i, "the send buffer to drain")))
 		return rc;
 	uint32_t *rv = (uint32_t *)m->b.route_vec + (i & 1) * m->z.route_words;
-	moe_route_compute(c, i, t->n, t->topk_idx, t->idx_bytes, &m->route, rv);
+	xi_moe_route_compute(c, i, t->n, t->topk_idx, t->idx_bytes, &m->route, rv);
 	store_rel(&m->b.ctl->k_route, i);
 	pack(m, t, i, true); /* remote ranks first: the proxy starts on them at once */
 	store_rel(&m->b.ctl->k_packed, i);
@@ -167,8 +167,8 @@ int xfer_moe_cpu_dispatch_recv(xfer_moe_t *m, const struct xfer_moe_expert_out *
 					 : (uint32_t *)m->b.route_table + ((uint64_t)(i & 1) * W + s) * RV;
 	uint32_t bad = 0;
 	struct moe_plan *p = &m->plan;
-	if ((rc = moe_plan_recv(c, &m->z, me, (const uint32_t *const *)m->cpu_rows, p, &bad))) {
-		moe_fail(m, rc, me, "round %u: expert %u would receive more rows than its layout holds "
+	if ((rc = xi_moe_plan_recv(c, &m->z, me, (const uint32_t *const *)m->cpu_rows, p, &bad))) {
+		xi_moe_fail(m, rc, me, "round %u: expert %u would receive more rows than its layout holds "
 			 "(expert_capacity %u)", i, bad, c->expert_capacity);
 		goto empty;
 	}
@@ -185,7 +185,7 @@ int xfer_moe_cpu_dispatch_recv(xfer_moe_t *m, const struct xfer_moe_expert_out *
 			const struct moe_meta *mt = (const struct moe_meta *)(rec + PB + SB);
 			if (!record_ok(m, mt, i, row, p->pr[s])) {
 				rc = -EPROTO;
-				moe_fail(m, rc, s, "round %u: record %u from rank %u is malformed or of "
+				xi_moe_fail(m, rc, s, "round %u: record %u from rank %u is malformed or of "
 					 "another round", i, q, s);
 				goto empty;
 			}

@@ -10,14 +10,14 @@
 
 #include "moe.h"
 
-uint64_t moe_now_ns(void)
+uint64_t xi_moe_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint32_t moe_member_rank(const struct xfer_moe *m, uint32_t member)
+uint32_t xi_moe_member_rank(const struct xfer_moe *m, uint32_t member)
 {
 	return member < m->cfg.rank ? member : member + 1;
 }
@@ -31,7 +31,7 @@ static void release_flags(struct xfer_moe *m)
 	atomic_store_explicit((_Atomic uint32_t *)&ctl->comb_tx_ready, 1, memory_order_release);
 }
 
-void moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
+void xi_moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
 {
 	int zero = 0;
 	if (!atomic_compare_exchange_strong(&m->failed, &zero, err ? err : -EIO))
@@ -77,10 +77,10 @@ static void peer_down(void *ctx, uint32_t peer, uint64_t engine_id, int reason)
 		if (r != m->cfg.rank && m->peers[r].peer == peer) {
 			/* A rank that left after reporting another's failure is not the culprit. */
 			if (blamed && blamed - 1 != r)
-				moe_fail(m, -XFER_EPEER, blamed - 1, "rank %u failed (another rank reported it; "
+				xi_moe_fail(m, -XFER_EPEER, blamed - 1, "rank %u failed (another rank reported it; "
 					 "rank %u has since left)", blamed - 1, r);
 			else
-				moe_fail(m, -XFER_EPEER, r, "rank %u was declared dead (%s: no answer to "
+				xi_moe_fail(m, -XFER_EPEER, r, "rank %u was declared dead (%s: no answer to "
 					 "liveness probes)", r, xfer_strerror(reason));
 			return;
 		}
@@ -117,7 +117,7 @@ static int slots_alloc(struct xfer_moe *m)
 	uint32_t W = m->cfg.world_size;
 	for (int i = 0; i < 2; i++) {
 		struct moe_slot *s = &m->slot[i];
-		if (moe_plan_alloc(&s->plan, W, m->z.local_experts))
+		if (xi_moe_plan_alloc(&s->plan, W, m->z.local_experts))
 			return -ENOMEM;
 		s->cons_from = calloc(W, sizeof(uint32_t));
 		s->ovf_dst = calloc(W, sizeof(uint64_t));
@@ -137,7 +137,7 @@ static void slots_free(struct xfer_moe *m)
 {
 	for (int i = 0; i < 2; i++) {
 		struct moe_slot *s = &m->slot[i];
-		moe_plan_free(&s->plan);
+		xi_moe_plan_free(&s->plan);
 		free(s->cons_from);
 		free(s->ovf_dst);
 		for (int k = 0; k < 5; k++) {
@@ -198,8 +198,8 @@ int xfer_moe_create(const struct xfer_moe_config *c, const struct xfer_attr *att
 		for (uint32_t r = 0; r < W; r++)
 			m->peers[r].peer = XFER_PEER_NONE;
 	if (!m->peers || !m->rows || !m->cpu_rows || slots_alloc(m) ||
-	    moe_route_alloc(&m->route, m->cfg.max_tokens, m->cfg.topk, W) ||
-	    moe_plan_alloc(&m->plan, W, m->z.local_experts))
+	    xi_moe_route_alloc(&m->route, m->cfg.max_tokens, m->cfg.topk, W) ||
+	    xi_moe_plan_alloc(&m->plan, W, m->z.local_experts))
 		goto fail;
 	m->cpu_rowq = calloc(m->z.expert_rows, sizeof(int32_t));
 	m->cpu_acc = calloc(m->cfg.hidden, sizeof(float));
@@ -396,7 +396,7 @@ int xfer_moe_connect(xfer_moe_t *m, const void *const *infos, const size_t *lens
 	free(members);
 	if (rc)
 		return rc;
-	if ((rc = pthread_create(&m->thread, NULL, moe_proxy_main, m)))
+	if ((rc = pthread_create(&m->thread, NULL, xi_moe_proxy_main, m)))
 		return -rc;
 	m->connected = true;
 	return 0;
@@ -428,9 +428,9 @@ static void nap_ms(unsigned ms)
 /* Waits for cond(m) until the deadline, polling every millisecond. */
 static bool wait_for(struct xfer_moe *m, bool (*cond)(struct xfer_moe *), uint64_t ms)
 {
-	uint64_t end = moe_now_ns() + ms * 1000000ull;
+	uint64_t end = xi_moe_now_ns() + ms * 1000000ull;
 	while (!cond(m) && !atomic_load(&m->failed)) {
-		if (moe_now_ns() > end)
+		if (xi_moe_now_ns() > end)
 			return false;
 		nap_ms(1);
 	}
@@ -462,13 +462,13 @@ static void farewell(struct xfer_moe *m)
 	for (uint32_t r = 0; r < W; r++) {
 		if (r == me)
 			continue;
-		struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_BYE << 56 | 1, .cb = moe_proxy_cb,
+		struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_BYE << 56 | 1, .cb = xi_moe_proxy_cb,
 					    .cb_ctx = m, .timeout_ms = ms};
 		atomic_fetch_add(&m->bye_ops, 1);
 		if (xfer_expect_imm(m->e, moe_imm(MOE_PH_BYE, 0, r), 1, &c))
 			atomic_fetch_sub(&m->bye_ops, 1);
 	}
-	struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_BYE << 56, .cb = moe_proxy_cb,
+	struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_BYE << 56, .cb = xi_moe_proxy_cb,
 				    .cb_ctx = m, .timeout_ms = ms};
 	atomic_fetch_add(&m->bye_ops, 1);
 	if (xfer_barrier(m->e, m->group, moe_imm(MOE_PH_BYE, 0, me), &c))
@@ -489,8 +489,8 @@ void xfer_moe_destroy(xfer_moe_t *m)
 		farewell(m);
 	/* A failed rank first tells the others whom it blames (the proxy
 	 * does), or they would blame it for leaving. */
-	uint64_t end = moe_now_ns() + 2000000000ull;
-	while (m->connected && atomic_load(&m->failed) && !abort_told(m) && moe_now_ns() < end)
+	uint64_t end = xi_moe_now_ns() + 2000000000ull;
+	while (m->connected && atomic_load(&m->failed) && !abort_told(m) && xi_moe_now_ns() < end)
 		nap_ms(1);
 	atomic_store(&m->closing, true);
 	if (m->connected) {
@@ -512,8 +512,8 @@ void xfer_moe_destroy(xfer_moe_t *m)
 	free(m->rows);
 	free(m->cpu_rows);
 	slots_free(m);
-	moe_route_free(&m->route);
-	moe_plan_free(&m->plan);
+	xi_moe_route_free(&m->route);
+	xi_moe_plan_free(&m->plan);
 	free(m->cpu_rowq);
 	free(m->cpu_acc);
 	for (unsigned i = 0; i < sizeof(m->owned) / sizeof(m->owned[0]); i++)

@@ -19,7 +19,7 @@ static uint32_t over(uint32_t n, uint32_t p)
 	return n > p ? n - p : 0;
 }
 
-int moe_plan_recv(const struct xfer_moe_config *c, const struct xfer_moe_sizes *z, uint32_t me,
+int xi_moe_plan_recv(const struct xfer_moe_config *c, const struct xfer_moe_sizes *z, uint32_t me,
 		  const uint32_t *const *rows, struct moe_plan *p, uint32_t *why)
 {
 	uint32_t W = c->world_size, E = c->num_experts, L = E / W, P = c->private_tokens;
@@ -102,7 +102,7 @@ int moe_plan_recv(const struct xfer_moe_config *c, const struct xfer_moe_sizes *
 	return 0;
 }
 
-int moe_plan_send(const struct xfer_moe_config *c, uint32_t me, const uint32_t *const *rows,
+int xi_moe_plan_send(const struct xfer_moe_config *c, uint32_t me, const uint32_t *const *rows,
 		  uint64_t *ovf_dst, uint32_t *bad)
 {
 	uint32_t W = c->world_size, E = c->num_experts, P = c->private_tokens;
@@ -126,7 +126,7 @@ int moe_plan_send(const struct xfer_moe_config *c, uint32_t me, const uint32_t *
 	return rc;
 }
 
-int moe_plan_capacity(const struct xfer_moe_config *c, const uint32_t *const *rows, uint32_t *bad)
+int xi_moe_plan_capacity(const struct xfer_moe_config *c, const uint32_t *const *rows, uint32_t *bad)
 {
 	uint32_t W = c->world_size, E = c->num_experts, L = E / W;
 	for (uint32_t d = 0; d < W; d++) {
@@ -146,7 +146,7 @@ int moe_plan_capacity(const struct xfer_moe_config *c, const uint32_t *const *ro
 	return 0;
 }
 
-int moe_plan_alloc(struct moe_plan *p, uint32_t world, uint32_t local_experts)
+int xi_moe_plan_alloc(struct moe_plan *p, uint32_t world, uint32_t local_experts)
 {
 	memset(p, 0, sizeof(*p));
 	p->c = calloc(world, sizeof(uint32_t));
@@ -160,13 +160,13 @@ int moe_plan_alloc(struct moe_plan *p, uint32_t world, uint32_t local_experts)
 	p->base = calloc((size_t)world * local_experts, sizeof(uint32_t));
 	if (!p->c || !p->pr || !p->first || !p->ovf || !p->cb || !p->qbase || !p->counts ||
 	    !p->offsets || !p->base) {
-		moe_plan_free(p);
+		xi_moe_plan_free(p);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-void moe_plan_free(struct moe_plan *p)
+void xi_moe_plan_free(struct moe_plan *p)
 {
 	free(p->c);
 	free(p->pr);

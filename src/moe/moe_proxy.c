@@ -82,7 +82,7 @@ static bool peer_dead(const struct xfer_moe *m, uint32_t r)
 
 static void release_recv(struct xfer_moe *m, struct moe_slot *s)
 {
-	uint64_t t = moe_now_ns();
+	uint64_t t = xi_moe_now_ns();
 	store_rel(&m->b.ctl->recv_flag, 1);
 	pthread_mutex_lock(&m->st_lock);
 	m->st.route_to_recv_ns += t - s->t_start;
@@ -91,7 +91,7 @@ static void release_recv(struct xfer_moe *m, struct moe_slot *s)
 
 static void release_comb(struct xfer_moe *m, struct moe_slot *s)
 {
-	uint64_t t = moe_now_ns();
+	uint64_t t = xi_moe_now_ns();
 	store_rel(&m->b.ctl->comb_flag, 1);
 	pthread_mutex_lock(&m->st_lock);
 	m->st.comb_to_flag_ns += t - s->t_comb;
@@ -107,34 +107,34 @@ static void fail_op(struct xfer_moe *m, struct moe_slot *s, int kind, uint32_t r
 		uint32_t rank = UINT32_MAX;
 		for (uint32_t i = 0; i < m->cfg.world_size; i++)
 			if (s->status[k][i] < 0) {
-				rank = moe_member_rank(m, s->ent[k][i].member);
+				rank = xi_moe_member_rank(m, s->ent[k][i].member);
 				res = s->status[k][i];
 				break;
 			}
 		if (rank == UINT32_MAX)
-			moe_fail(m, res, rank, "round %u: writing %s failed: %s", round, phase_what(kind),
+			xi_moe_fail(m, res, rank, "round %u: writing %s failed: %s", round, phase_what(kind),
 				 xfer_strerror(res));
 		else
-			moe_fail(m, res, rank, "round %u: writing %s to rank %u failed: %s%s", round,
+			xi_moe_fail(m, res, rank, "round %u: writing %s to rank %u failed: %s%s", round,
 				 phase_what(kind), rank, xfer_strerror(res),
 				 peer_dead(m, rank) ? " (the rank was declared dead)" : "");
 		return;
 	}
 	uint32_t blamed = atomic_load(&m->abort_from);
 	if (blamed && blamed - 1 != src) /* src may only be waiting for the rank another blames */
-		moe_fail(m, -XFER_EPEER, blamed - 1, "rank %u failed (another rank reported it); here, "
+		xi_moe_fail(m, -XFER_EPEER, blamed - 1, "rank %u failed (another rank reported it); here, "
 			 "round %u: waiting for %s from rank %u: %s", blamed - 1, round, phase_what(kind), src,
 			 xfer_strerror(res));
 	else if (res == -ETIMEDOUT)
-		moe_fail(m, res, src, "round %u: rank %u did not deliver %s within %" PRIu64 " ms%s", round,
+		xi_moe_fail(m, res, src, "round %u: rank %u did not deliver %s within %" PRIu64 " ms%s", round,
 			 src, phase_what(kind), m->cfg.timeout_ms,
 			 peer_dead(m, src) ? " (the rank was declared dead)" : "");
 	else
-		moe_fail(m, res, src, "round %u: waiting for %s from rank %u failed: %s", round,
+		xi_moe_fail(m, res, src, "round %u: waiting for %s from rank %u failed: %s", round,
 			 phase_what(kind), src, xfer_strerror(res));
 }
 
-void moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe)
+void xi_moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe)
 {
 	struct xfer_moe *m = ctx;
 	int kind = (int)(cqe->user_data >> 56);
@@ -142,7 +142,7 @@ void moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe)
 		/* Acted on by the proxy after a grace: a failure every rank
 		 * detects by itself (capacity) keeps its own, precise, error. */
 		if (cqe->res >= 0) {
-			atomic_store(&m->abort_t, moe_now_ns());
+			atomic_store(&m->abort_t, xi_moe_now_ns());
 			atomic_store(&m->abort_from, (uint32_t)(cqe->user_data & 0xfffff) + 1);
 		}
 		return;
@@ -192,7 +192,7 @@ static struct xfer_completion done_by(struct xfer_moe *m, int kind, struct moe_s
 				      uint32_t src)
 {
 	struct xfer_completion c = {.user_data = ud_make(kind, (int)(s - m->slot), s->round, src),
-				    .cb = moe_proxy_cb, .cb_ctx = m, .timeout_ms = m->cfg.timeout_ms};
+				    .cb = xi_moe_proxy_cb, .cb_ctx = m, .timeout_ms = m->cfg.timeout_ms};
 	return c;
 }
 
@@ -202,7 +202,7 @@ static bool full_wait(struct xfer_moe *m, int rc, uint64_t t0)
 {
 	if (rc != -EAGAIN || atomic_load(&m->stop))
 		return false;
-	if (moe_now_ns() - t0 > m->cfg.timeout_ms * 1000000ull)
+	if (xi_moe_now_ns() - t0 > m->cfg.timeout_ms * 1000000ull)
 		return false;
 	nap_ns(10000);
 	return true;
@@ -219,12 +219,12 @@ static void expect(struct xfer_moe *m, struct moe_slot *s, int kind, uint32_t ph
 		c.timeout_ms = UINT64_MAX / 2;
 	atomic_fetch_add(&s->ops, 1);
 	int rc;
-	uint64_t t0 = moe_now_ns();
+	uint64_t t0 = xi_moe_now_ns();
 	while (full_wait(m, rc = xfer_expect_imm(m->e, moe_imm(phase, s->round, src), count, &c), t0))
 		;
 	if (rc) {
 		atomic_fetch_sub(&s->ops, 1);
-		moe_fail(m, rc, UINT32_MAX, "round %u: arming a counter failed: %s", s->round,
+		xi_moe_fail(m, rc, UINT32_MAX, "round %u: arming a counter failed: %s", s->round,
 			 xfer_strerror(rc));
 	}
 }
@@ -241,12 +241,12 @@ static bool scatter(struct xfer_moe *m, struct moe_slot *s, int kind, int k, uin
 	struct xfer_completion c = done_by(m, kind, s, m->cfg.rank);
 	atomic_fetch_add(&s->ops, 1);
 	int rc;
-	uint64_t t0 = moe_now_ns();
+	uint64_t t0 = xi_moe_now_ns();
 	while (full_wait(m, rc = xfer_scatter(m->e, m->group, &sc, &c), t0))
 		;
 	if (rc) {
 		atomic_fetch_sub(&s->ops, 1);
-		moe_fail(m, rc, UINT32_MAX, "round %u: posting %s failed: %s", s->round,
+		xi_moe_fail(m, rc, UINT32_MAX, "round %u: posting %s failed: %s", s->round,
 			 phase_what(kind), xfer_strerror(rc));
 		return false;
 	}
@@ -337,26 +337,26 @@ static void step_rows(struct xfer_moe *m, struct moe_slot *s)
 	uint32_t P = m->cfg.private_tokens, RB = m->z.record_bytes, i = s->round;
 	for (uint32_t r = 0; r < W; r++) {
 		m->rows[r] = row_of(m, i, r);
-		int rc = moe_route_valid(&m->cfg, i, r, m->rows[r]);
+		int rc = xi_moe_route_valid(&m->cfg, i, r, m->rows[r]);
 		if (rc) {
-			moe_fail(m, -EPROTO, r, "round %u: the route vector of rank %u is %s", i, r,
+			xi_moe_fail(m, -EPROTO, r, "round %u: the route vector of rank %u is %s", i, r,
 				 rc == -ESTALE ? "of another round" : "inconsistent");
 			return;
 		}
 	}
 	const uint32_t *const *rows = (const uint32_t *const *)m->rows;
 	uint32_t bad = 0;
-	if (moe_plan_send(&m->cfg, me, rows, s->ovf_dst, &bad)) {
-		moe_fail(m, -ENOSPC, bad,
+	if (xi_moe_plan_send(&m->cfg, me, rows, s->ovf_dst, &bad)) {
+		xi_moe_fail(m, -ENOSPC, bad,
 			 "round %u: rank %u would receive more overflow tokens than its %u "
 			 "(overflow_tokens; private_tokens %u)", i, bad, m->cfg.overflow_tokens, P);
 		return;
 	}
 	/* Every rank checks every rank's experts, so that all fail alike. */
-	if (moe_plan_capacity(&m->cfg, rows, &bad) ||
-	    moe_plan_recv(&m->cfg, &m->z, me, rows, &s->plan, &bad)) {
+	if (xi_moe_plan_capacity(&m->cfg, rows, &bad) ||
+	    xi_moe_plan_recv(&m->cfg, &m->z, me, rows, &s->plan, &bad)) {
 		uint32_t owner = bad / m->z.local_experts;
-		moe_fail(m, -ENOSPC, owner, "round %u: expert %u (rank %u) would receive more rows "
+		xi_moe_fail(m, -ENOSPC, owner, "round %u: expert %u (rank %u) would receive more rows "
 			 "than its layout holds (expert_capacity %u)", i, bad, owner,
 			 m->cfg.expert_capacity);
 		return;
@@ -396,7 +396,7 @@ static void step_rows(struct xfer_moe *m, struct moe_slot *s)
 		store_rel(&m->b.ctl->tx_ready, 1);
 	pthread_mutex_lock(&m->st_lock);
 	m->st.overflow_records += recs;
-	m->st.route_to_rows_ns += moe_now_ns() - s->t_start;
+	m->st.route_to_rows_ns += xi_moe_now_ns() - s->t_start;
 	pthread_mutex_unlock(&m->st_lock);
 	s->steps |= ST_ROWS;
 }
@@ -415,7 +415,7 @@ static void step_cons(struct xfer_moe *m, struct moe_slot *s)
 static void step_comb(struct xfer_moe *m, struct moe_slot *s)
 {
 	uint32_t W = m->cfg.world_size, E = m->cfg.num_experts, CB = m->z.combine_row_bytes;
-	s->t_comb = moe_now_ns();
+	s->t_comb = xi_moe_now_ns();
 	atomic_store(&s->comb_left, 1);
 	for (uint32_t d = 0; d < W; d++)
 		if (remote(m, d) && s->rv[moe_rv_pairs(E, W, d)]) {
@@ -474,10 +474,10 @@ static void watchdog(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 	uint32_t first;
 	names_dead(m, dead, sizeof(dead), &first);
 	if (first != UINT32_MAX)
-		moe_fail(m, -XFER_EPEER, first, "round %u: %s did not finish within %" PRIu64
+		xi_moe_fail(m, -XFER_EPEER, first, "round %u: %s did not finish within %" PRIu64
 			 " ms; dead: %s", s->round, what, m->cfg.timeout_ms, dead);
 	else
-		moe_fail(m, -ETIMEDOUT, UINT32_MAX, "round %u: %s did not finish within %" PRIu64
+		xi_moe_fail(m, -ETIMEDOUT, UINT32_MAX, "round %u: %s did not finish within %" PRIu64
 			 " ms: this rank's own %s half never ran, or waits on a same-host rank "
 			 "(none was declared dead)", s->round, what, m->cfg.timeout_ms, what);
 }
@@ -487,7 +487,7 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 	struct xfer_moe_ctl *ctl = m->b.ctl;
 	uint32_t i = s->round, before = s->steps;
 	bool engine = m->n_remote > 0;
-	uint64_t t0 = moe_now_ns();
+	uint64_t t0 = xi_moe_now_ns();
 	if (engine && !(s->steps & ST_ROUTE))
 		step_route(m, s);
 	if (engine && !(s->steps & ST_PRIV) && moe_round_ge(load_acq(&ctl->k_packed), i)) {
@@ -516,7 +516,7 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 		s->steps |= ST_COMB_DONE;
 	if (s->steps != before) {
 		pthread_mutex_lock(&m->st_lock);
-		m->st.busy_ns += moe_now_ns() - t0;
+		m->st.busy_ns += xi_moe_now_ns() - t0;
 		pthread_mutex_unlock(&m->st_lock);
 	}
 	watchdog(m, s, now);
@@ -580,7 +580,7 @@ static bool activate(struct xfer_moe *m, uint64_t now)
 	pthread_mutex_unlock(&m->st_lock);
 	/* The GPU writes the host copy of its route vector only for the engine. */
 	if (m->n_remote && s->rv[moe_rv_stamp(E, W)] != i)
-		moe_fail(m, -EPROTO, m->cfg.rank, "round %u: this rank's route vector says round %u",
+		xi_moe_fail(m, -EPROTO, m->cfg.rank, "round %u: this rank's route vector says round %u",
 			 i, s->rv[moe_rv_stamp(E, W)]);
 	return true;
 }
@@ -593,7 +593,7 @@ static void arm_abort(struct xfer_moe *m)
 {
 	for (uint32_t r = 0; r < m->cfg.world_size && m->group; r++) {
 		struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_ABORT << 56 | r,
-					    .cb = moe_proxy_cb, .cb_ctx = m, .timeout_ms = UINT64_MAX / 2};
+					    .cb = xi_moe_proxy_cb, .cb_ctx = m, .timeout_ms = UINT64_MAX / 2};
 		xfer_expect_imm(m->e, moe_imm(MOE_PH_ABORT, r, 0), 1, &c);
 	}
 	m->abort_armed = true;
@@ -610,7 +610,7 @@ static void send_abort(struct xfer_moe *m)
 	pthread_mutex_lock(&m->fail_lock);
 	uint32_t who = m->fail_rank < m->cfg.world_size ? m->fail_rank : m->cfg.rank;
 	pthread_mutex_unlock(&m->fail_lock);
-	struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_BYE << 56, .cb = moe_proxy_cb,
+	struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_BYE << 56, .cb = xi_moe_proxy_cb,
 				    .cb_ctx = m, .timeout_ms = 2000};
 	atomic_fetch_add(&m->bye_ops, 1);
 	if (xfer_barrier(m->e, m->group, moe_imm(MOE_PH_ABORT, who, 0), &c))
@@ -618,15 +618,15 @@ static void send_abort(struct xfer_moe *m)
 	atomic_store(&m->abort_told, true);
 }
 
-void *moe_proxy_main(void *arg)
+void *xi_moe_proxy_main(void *arg)
 {
 	struct xfer_moe *m = arg;
 	if (!m->abort_armed)
 		arm_abort(m);
-	uint64_t last = moe_now_ns();
+	uint64_t last = xi_moe_now_ns();
 	long nap = 0;
 	while (!atomic_load(&m->stop)) {
-		uint64_t now = moe_now_ns();
+		uint64_t now = xi_moe_now_ns();
 		if (atomic_load(&m->failed)) {
 			if (!m->abort_sent)
 				send_abort(m);
@@ -641,7 +641,7 @@ void *moe_proxy_main(void *arg)
 		uint32_t blamed = atomic_load(&m->abort_from);
 		if (blamed && now > atomic_load(&m->abort_t) + 200000000ull) {
 			uint32_t who = blamed - 1;
-			moe_fail(m, -XFER_EPEER, who, "rank %u failed (another rank reported it)%s", who,
+			xi_moe_fail(m, -XFER_EPEER, who, "rank %u failed (another rank reported it)%s", who,
 				 who == m->cfg.rank ? "; this rank's own failure came first elsewhere" : "");
 			continue;
 		}
@@ -649,17 +649,17 @@ void *moe_proxy_main(void *arg)
 		if (kerr) {
 			uint32_t info = m->b.ctl->k_error_info, me = m->cfg.rank;
 			if (kerr == XFER_MOE_KERR_CAPACITY && (info & 0x80000000u))
-				moe_fail(m, -ENOSPC, me, "the plan kernel of rank %u found its receive or "
+				xi_moe_fail(m, -ENOSPC, me, "the plan kernel of rank %u found its receive or "
 					 "combine send buffer too small (overflow_tokens)", me);
 			else if (kerr == XFER_MOE_KERR_CAPACITY)
-				moe_fail(m, -ENOSPC, me, "the plan kernel of rank %u found expert %u over its "
+				xi_moe_fail(m, -ENOSPC, me, "the plan kernel of rank %u found expert %u over its "
 					 "capacity (expert_capacity)", me, info);
 			else if (kerr == XFER_MOE_KERR_TIMEOUT)
-				moe_fail(m, -ETIMEDOUT, info, "a wait kernel of rank %u waited past the deadline "
+				xi_moe_fail(m, -ETIMEDOUT, info, "a wait kernel of rank %u waited past the deadline "
 					 "(%" PRIu64 " ms) for %s %u", me, m->cfg.timeout_ms,
 					 info == UINT32_MAX ? "the proxy of" : "rank", info == UINT32_MAX ? me : info);
 			else
-				moe_fail(m, -EPROTO, info, "a kernel of rank %u found a record or route vector of "
+				xi_moe_fail(m, -EPROTO, info, "a kernel of rank %u found a record or route vector of "
 					 "rank %u malformed or of another round", me, info);
 		}
 		bool did = activate(m, now);

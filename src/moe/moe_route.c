@@ -13,7 +13,7 @@ static int64_t load_idx(const void *idx, uint32_t idx_bytes, uint64_t i)
 	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
 }
 
-void moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint32_t n,
+void xi_moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint32_t n,
 		       const void *topk_idx, uint32_t idx_bytes, struct moe_route *r, uint32_t *rv)
 {
 	uint32_t E = c->num_experts, W = c->world_size, K = c->topk, L = E / W;
@@ -76,7 +76,7 @@ void moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint32_t
 	rv[moe_rv_ntok(E, W)] = n;
 }
 
-int moe_route_valid(const struct xfer_moe_config *c, uint32_t round, uint32_t src,
+int xi_moe_route_valid(const struct xfer_moe_config *c, uint32_t round, uint32_t src,
 		    const uint32_t *row)
 {
 	(void)src;
@@ -103,7 +103,7 @@ int moe_route_valid(const struct xfer_moe_config *c, uint32_t round, uint32_t sr
 	return 0;
 }
 
-int moe_route_alloc(struct moe_route *r, uint32_t tokens, uint32_t topk, uint32_t world)
+int xi_moe_route_alloc(struct moe_route *r, uint32_t tokens, uint32_t topk, uint32_t world)
 {
 	memset(r, 0, sizeof(*r));
 	size_t s = (size_t)tokens * topk;
@@ -116,13 +116,13 @@ int moe_route_alloc(struct moe_route *r, uint32_t tokens, uint32_t topk, uint32_
 	r->so = calloc(world, sizeof(uint32_t));
 	r->cbo = calloc(world, sizeof(uint32_t));
 	if (!r->rec || !r->lead || !r->q || !r->j || !r->pb || !r->comb || !r->so || !r->cbo) {
-		moe_route_free(r);
+		xi_moe_route_free(r);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-void moe_route_free(struct moe_route *r)
+void xi_moe_route_free(struct moe_route *r)
 {
 	free(r->rec);
 	free(r->lead);

@@ -3,10 +3,11 @@
 
 #include "harness.h"
 
-extern const struct fault_case case_forged_key, case_stale_desc, case_revoke, case_dereg_busy;
+extern const struct fault_case case_forged_key, case_stale_desc, case_revoke, case_dereg_busy,
+	case_forged_bounce;
 extern const struct fault_case case_cancel_paged, case_stop_in_flight, case_send_too_large,
 	case_too_many_regions;
 extern const struct fault_case case_kill_target, case_dead_peer, case_peer_restart;
-extern const struct fault_case case_partition, case_concurrent_peers;
+extern const struct fault_case case_partition, case_concurrent_peers, case_dead_peer_credits;
 
 #endif

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "cases.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 /* The target's region stays all zero in these cases. */
 static void expect_untouched(struct fault_target *t)
@@ -46,10 +46,10 @@ static xfer_rmr_t *forge(struct fault_init *f, uint64_t key_delta)
 	uint8_t d[XFER_DESC_MAX];
 	size_t len = t_recv_blob(f->fd_t, d, sizeof(d));
 	struct wire_desc wd;
-	CHECK_OK(wire_desc_decode(d, len, &wd));
+	CHECK_OK(xi_wire_desc_decode(d, len, &wd));
 	for (unsigned n = 0; n < wd.nnics; n++)
 		wd.nic[n].key += key_delta;
-	int elen = wire_desc_encode(&wd, d, sizeof(d), NULL);
+	int elen = xi_wire_desc_encode(&wd, d, sizeof(d), NULL);
 	CHECK(elen > 0);
 	xfer_rmr_t *r = NULL;
 	CHECK_OK(xfer_rmr_import(f->e, f->t, d, (size_t)elen, &r));
@@ -79,6 +79,74 @@ static int untouched_target(struct fault_target *t)
 }
 
 const struct fault_case case_forged_key = {"forged_key", forged_init, untouched_target, NULL};
+
+/* ------------------------------------------------- the engine's own buffers */
+
+/* Keys are sequential within an engine, and the sink's is in every address:
+ * a peer can guess those of the receive and SEND bounce buffers, registered
+ * right after it. They are registered for local access only, so writes
+ * through guessed keys are rejected (where addresses are offsets, as on
+ * tcp, guessing the address is trivial too). */
+static int bounce_init(struct fault_init *f)
+{
+	uint8_t addr[XFER_ADDR_MAX], d[XFER_DESC_MAX];
+	size_t alen = t_recv_blob(f->fd_t, addr, sizeof(addr));
+	size_t dlen = t_recv_blob(f->fd_t, d, sizeof(d));
+	struct wire_addr a;
+	struct wire_desc wd;
+	CHECK_OK(xi_wire_addr_decode(addr, alen, &a));
+	CHECK_OK(xi_wire_desc_decode(d, dlen, &wd));
+	if (wd.nic[0].base != 0) {
+		fprintf(stderr, "SKIP: remote addresses are virtual addresses here; a forger cannot guess them\n");
+		t_send_u64(f->fd_t, 1);
+		CHECK(t_recv_u64(f->fd_t) == 1);
+		return 0;
+	}
+	/* Bring-up registers the sink, then the receive buffers, then the SEND
+	 * buffers, one key each per NIC. */
+	for (uint64_t k = 1; k <= 2; k++) {
+		for (unsigned n = 0; n < wd.nnics; n++)
+			wd.nic[n].key = a.nic[n].sink_key + k * wd.nnics;
+		wd.len = 65536;
+		wd.flags = 0;
+		int elen = xi_wire_desc_encode(&wd, d, sizeof(d), NULL);
+		CHECK(elen > 0);
+		xfer_rmr_t *r = NULL;
+		CHECK_OK(xfer_rmr_import(f->e, f->t, d, (size_t)elen, &r));
+		/* tcp;ofi_rxm drops the connection after a rejected write and
+		 * reconnects on demand: a write in that window fails for that
+		 * reason alone, so try until the key itself is judged. */
+		int32_t res = 0;
+		for (int attempt = 0; attempt < 40; attempt++) {
+			struct xfer_write w = {.src = f->src, .dst = r, .len = 4096, .dst_off = 4096, .imm = 99,
+					       .flags = XFER_F_IMM};
+			struct xfer_completion c = {.user_data = 20 + k};
+			CHECK_OK(xfer_write(f->e, &w, &c));
+			reap_exactly(f->e, 20 + k, 1, &res, 8000);
+			if (res != -ENOTCONN && res != -ECONNRESET)
+				break;
+			usleep(50000);
+		}
+		fprintf(stderr, "%s buffers: write rejected with %d (%s)\n", k == 1 ? "receive" : "SEND", res,
+			xfer_strerror(res));
+		CHECK(res < 0 && res != -ENOTCONN && res != -ECONNRESET);
+		xfer_rmr_free(r);
+	}
+	t_send_u64(f->fd_t, 1);
+	CHECK(t_recv_u64(f->fd_t) == 1);
+	return 0;
+}
+
+static int bounce_target(struct fault_target *t)
+{
+	uint8_t addr[XFER_ADDR_MAX];
+	int alen = xfer_engine_addr(t->e, addr, sizeof(addr), NULL);
+	CHECK(alen > 0);
+	t_send_blob(t->fd, addr, (size_t)alen);
+	return untouched_target(t);
+}
+
+const struct fault_case case_forged_bounce = {"forged_bounce_key", bounce_init, bounce_target, NULL};
 
 /* ---------------------------------------------------------- stale descriptors */
 

@@ -2,6 +2,8 @@
  * paged writes, submissions to a peer already known dead, and a restarted
  * peer whose old descriptors must be refused. */
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -195,3 +197,79 @@ static int restart_target(struct fault_target *t)
 
 const struct fault_case case_peer_restart = {"peer_restart", restart_init, restart_target,
 					     fast_heartbeat};
+
+/* ------------------------------------------ a dead peer holding every credit */
+
+/* The target stops making progress (its worker blocks, as a hung host's
+ * would) while the initiator's writes to it hold every posting credit of
+ * the NIC; those requests never complete. The stable peer, alive, must stay
+ * LIVE with heartbeats on: a probe that cannot be posted for lack of
+ * credits here is not the peer's silence, and probes have credits of their
+ * own. The hung target itself must still be declared dead. */
+
+#define W_IMM 0x3ed9
+#define W_LEN 4096u
+#define W_WATCH_MS 2500
+
+static atomic_int released;
+
+static void wedge_cb(void *ctx, const struct xfer_cqe *cqe)
+{
+	const struct fault_target *t = ctx;
+	(void)cqe;
+	t_send_u64(t->fd, 1);          /* wedged: the worker is in here */
+	CHECK(t_recv_u64(t->fd) == 2); /* released by the initiator */
+	atomic_store(&released, 1);
+}
+
+static int wedge_target(struct fault_target *t)
+{
+	struct xfer_completion c = {.user_data = 1, .cb = wedge_cb, .cb_ctx = t, .timeout_ms = 60000};
+	CHECK_OK(xfer_expect_imm(t->e, W_IMM, 1, &c));
+	while (!atomic_load(&released))
+		usleep(1000);
+	return 0;
+}
+
+static int wedge_init(struct fault_init *f)
+{
+	struct xfer_nic_info ni;
+	CHECK_OK(xfer_engine_nic_info(f->e, 0, &ni));
+	/* More writes than the NIC takes at once: every credit held, more queued. */
+	uint32_t n = ni.tx_depth + 256;
+	usleep(300000); /* both peers answer PINGs by now */
+	CHECK(xfer_peer_state(f->e, f->s) == XFER_PEER_LIVE);
+	struct xfer_completion c0 = {.user_data = 999, .timeout_ms = 60000};
+	CHECK_OK(xfer_write_imm(f->e, f->t, W_IMM, &c0));
+	CHECK(t_recv_u64(f->fd_t) == 1);
+	for (uint32_t i = 0; i < n; i++) {
+		/* Past the first 64 KiB of the source: the stable peer's scratch,
+		 * rewritten by stable_check while these may still be in flight. */
+		struct xfer_write w = {.src = f->src, .dst = f->t_rmr, .src_off = 65536 + (i % 64) * W_LEN,
+				       .dst_off = (i % 64) * W_LEN, .len = W_LEN};
+		struct xfer_completion c = {.user_data = 1000 + i, .timeout_ms = 60000};
+		CHECK_OK(xfer_write(f->e, &w, &c));
+	}
+	/* Four allowances: the stable peer stays live throughout; the hung
+	 * target is declared dead, which completes every write to it early. */
+	uint64_t start = mono_ns();
+	while (ms_since(start) < W_WATCH_MS) {
+		CHECK(xfer_peer_state(f->e, f->s) == XFER_PEER_LIVE);
+		usleep(10000);
+	}
+	CHECK(xfer_peer_state(f->e, f->t) == XFER_PEER_DEAD);
+	/* Each exactly once: failed with the target's death (or done before it,
+	 * where the provider completes a write once it is queued, as shm). */
+	int32_t *res = calloc(n + 1, sizeof(*res));
+	CHECK(res);
+	reap_exactly(f->e, 999, n + 1, res, 10000);
+	for (uint32_t i = 0; i <= n; i++)
+		CHECK(res[i] == 0 || res[i] == -XFER_EPEER);
+	free(res);
+	/* Released, the target drains what it was sent; our credits return. */
+	t_send_u64(f->fd_t, 2);
+	return 0;
+}
+
+const struct fault_case case_dead_peer_credits = {"dead_peer_holds_credits", wedge_init, wedge_target,
+						  fast_heartbeat};

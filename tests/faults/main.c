@@ -8,7 +8,7 @@ static const struct fault_case *const cases[] = {
 	&case_forged_key,     &case_stale_desc,	       &case_revoke,	      &case_dereg_busy,
 	&case_cancel_paged,   &case_stop_in_flight,    &case_send_too_large, &case_too_many_regions,
 	&case_kill_target,    &case_dead_peer,	       &case_peer_restart,   &case_partition,
-	&case_concurrent_peers,
+	&case_concurrent_peers, &case_dead_peer_credits, &case_forged_bounce,
 };
 
 int main(int argc, char **argv)

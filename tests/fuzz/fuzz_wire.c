@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wire.h"
+#include "wire/wire.h"
 #include "xfer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(data, size);
 	if (size >= 4 && size <= sizeof(fixed)) {
 		memcpy(fixed, data, size);
-		uint32_t crc = wire_crc32(fixed, size - 4);
+		uint32_t crc = xi_wire_crc32(fixed, size - 4);
 		for (int i = 0; i < 4; i++)
 			fixed[size - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
 		check(fixed, size);
@@ -33,18 +33,18 @@ static void check(const uint8_t *data, size_t size)
 {
 	uint8_t out[70000];
 	struct wire_addr a;
-	int rc = wire_addr_decode(data, size, &a);
+	int rc = xi_wire_addr_decode(data, size, &a);
 	if (rc == 0) {
-		int len = wire_addr_encode(&a, out, sizeof(out), NULL);
+		int len = xi_wire_addr_encode(&a, out, sizeof(out), NULL);
 		if (len < 0 || (size_t)len != size || memcmp(out, data, size) != 0)
 			abort();
 	} else if (rc != -XFER_EBADWIRE && rc != -XFER_EVERSION) {
 		abort();
 	}
 	struct wire_desc d;
-	rc = wire_desc_decode(data, size, &d);
+	rc = xi_wire_desc_decode(data, size, &d);
 	if (rc == 0) {
-		int len = wire_desc_encode(&d, out, sizeof(out), NULL);
+		int len = xi_wire_desc_encode(&d, out, sizeof(out), NULL);
 		if (len < 0 || (size_t)len != size || memcmp(out, data, size) != 0)
 			abort();
 		for (unsigned n = 0; n < d.nnics; n++)

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda/cuda_api.h"
+#include "gpu/cuda_api.h"
 
 #define MAX_ALLOCS 64
 #define ERR 1 /* CUDA_ERROR_INVALID_VALUE */
@@ -492,5 +492,5 @@ static const struct cuda_api fake_api = {
 
 void fake_cuda_install(void)
 {
-	cuda_api_override(&fake_api);
+	xi_cuda_api_override(&fake_api);
 }

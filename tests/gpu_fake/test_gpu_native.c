@@ -20,11 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "backend/registry.h"
 #include "fake_cuda.h"
 #include "helpers.h"
-#include "ofi/ofi_nic.h"
-#include "wire.h"
+#include "backend/ofi/ofi.h"
+#include "wire/wire.h"
 
 /* --------------------------------------------------- instrumented backend */
 
@@ -46,7 +46,7 @@ static struct {
 static int inst_open(struct xfer_nic *nic, const char *prov, const char *dom)
 {
 	rec.want_hmem = nic->want_hmem;
-	int ret = ofi_backend_ops.open(nic, prov, dom);
+	int ret = xi_ofi_backend.open(nic, prov, dom);
 	if (!ret && cfg.force >= 0) {
 		atomic_store(&nic->gpu_native, cfg.force == 1);
 		nic->dmabuf = cfg.dmabuf;
@@ -54,7 +54,7 @@ static int inst_open(struct xfer_nic *nic, const char *prov, const char *dom)
 	return ret;
 }
 
-static int inst_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key,
+static int inst_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, unsigned access,
 		       const struct nic_mem *mem, struct nic_mr *out)
 {
 	if (mem && mem->cuda_dev >= 0) {
@@ -69,21 +69,21 @@ static int inst_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key
 		if (cfg.fail_dev)
 			return cfg.fail_dev;
 		/* The fake driver's device memory is host memory: register it so. */
-		return ofi_backend_ops.mr_reg(nic, buf, len, key, NULL, out);
+		return xi_ofi_backend.mr_reg(nic, buf, len, key, access, NULL, out);
 	}
 	rec.host_regs++;
 	rec.host_buf = buf;
-	return ofi_backend_ops.mr_reg(nic, buf, len, key, mem, out);
+	return xi_ofi_backend.mr_reg(nic, buf, len, key, access, mem, out);
 }
 
 static struct backend_ops inst;
 
 static void use_instrumented(void)
 {
-	inst = ofi_backend_ops;
+	inst = xi_ofi_backend;
 	inst.open = inst_open;
 	inst.mr_reg = inst_mr_reg;
-	engine_backend_override(&inst);
+	xi_backend_override(&inst);
 }
 
 static uint8_t desc_flags(const xfer_mr_t *mr)
@@ -92,7 +92,7 @@ static uint8_t desc_flags(const xfer_mr_t *mr)
 	struct wire_desc wd;
 	int len = xfer_mr_desc(mr, d, sizeof(d), NULL);
 	CHECK(len > 0);
-	CHECK_OK(wire_desc_decode(d, (size_t)len, &wd));
+	CHECK_OK(xi_wire_desc_decode(d, (size_t)len, &wd));
 	return wd.flags;
 }
 
@@ -116,7 +116,7 @@ static int case_req(void)
 			      .dmabuf_base = (void *)0x7000};
 	struct ofi_mr_req r;
 	char buf[64];
-	bool dmabuf = ofi_mr_req_init(&r, buf, sizeof(buf), FI_REMOTE_WRITE, 77, &mem, true);
+	bool dmabuf = xi_ofi_mr_req_init(&r, buf, sizeof(buf), FI_REMOTE_WRITE, 77, &mem, true);
 	CHECK(r.attr.iface == FI_HMEM_CUDA && r.attr.device.cuda == 3);
 	CHECK(r.attr.access == FI_REMOTE_WRITE && r.attr.requested_key == 77 && r.attr.iov_count == 1);
 	CHECK(dmabuf == (OFI_HAVE_DMABUF != 0));
@@ -127,11 +127,11 @@ static int case_req(void)
 	CHECK(r.flags == 0);
 #endif
 	/* By address: what dma-buf-less drivers and headers get. */
-	CHECK(!ofi_mr_req_init(&r, buf, sizeof(buf), FI_REMOTE_WRITE, 77, &mem, false));
+	CHECK(!xi_ofi_mr_req_init(&r, buf, sizeof(buf), FI_REMOTE_WRITE, 77, &mem, false));
 	CHECK(r.flags == 0 && r.attr.mr_iov == &r.iov && r.iov.iov_base == buf && r.iov.iov_len == sizeof(buf));
 	CHECK(r.attr.iface == FI_HMEM_CUDA && r.attr.device.cuda == 3);
 	mem.dmabuf_fd = -1;
-	CHECK(!ofi_mr_req_init(&r, buf, sizeof(buf), FI_REMOTE_WRITE, 77, &mem, true));
+	CHECK(!xi_ofi_mr_req_init(&r, buf, sizeof(buf), FI_REMOTE_WRITE, 77, &mem, true));
 	printf("req: FI_HMEM_CUDA on device 3, dma-buf form %s\n",
 	       OFI_HAVE_DMABUF ? "built" : "not in these headers (libfabric < 1.20)");
 	return 0;

@@ -121,7 +121,7 @@ static int run_rank(uint32_t rank, xfer_moe_t *m, const struct xfer_moe_config *
 					      .idx_bytes = 4};
 		bool killer = is("kill") && rank == (uint32_t)W - 1 && round == 3;
 		if (is("kill") && round == 3)
-			t_kill = moe_now_ns();
+			t_kill = xi_moe_now_ns();
 		int rc = xfer_moe_cpu_dispatch_send(m, &tok);
 		if (killer)
 			_exit(0); /* mid-round: route and tokens sent, nothing received */
@@ -145,7 +145,7 @@ static int run_rank(uint32_t rank, xfer_moe_t *m, const struct xfer_moe_config *
 			int st = xfer_moe_status(m, msg, sizeof(msg), &who);
 			fprintf(stderr, "rank %u round %d: %s (%s)\n", rank, round, xfer_strerror(rc), msg);
 			if (is("kill")) {
-				double s = (double)(moe_now_ns() - t_kill) / 1e9;
+				double s = (double)(xi_moe_now_ns() - t_kill) / 1e9;
 				CHECK(st == rc && who == (uint32_t)W - 1);
 				char want[32];
 				snprintf(want, sizeof(want), "rank %d", W - 1);

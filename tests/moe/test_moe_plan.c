@@ -107,7 +107,7 @@ static int64_t ix(const struct mt_tokens *t, uint32_t K, uint32_t tok, uint32_t 
 	return t->idx[(size_t)tok * K + k];
 }
 
-/* Sender side: every number moe_route_compute gives, by counting. */
+/* Sender side: every number xi_moe_route_compute gives, by counting. */
 static void check_route(const struct xfer_moe_config *c, const struct mt_tokens *t,
 			const struct moe_route *r, const uint32_t *rv)
 {
@@ -172,10 +172,10 @@ static void check_plans(const struct xfer_moe_config *cin, const struct mt_token
 	uint64_t *ovf_dst = calloc((size_t)W * W, sizeof(uint64_t));
 	uint32_t bad = 0;
 	for (uint32_t s = 0; s < W; s++) {
-		CHECK_OK(moe_route_valid(cin, round, s, rows[s]));
+		CHECK_OK(xi_moe_route_valid(cin, round, s, rows[s]));
 		struct xfer_moe_config cs = *cin;
 		cs.rank = s;
-		CHECK_OK(moe_plan_send(&cs, s, (const uint32_t *const *)rows, ovf_dst + (size_t)s * W, &bad));
+		CHECK_OK(xi_moe_plan_send(&cs, s, (const uint32_t *const *)rows, ovf_dst + (size_t)s * W, &bad));
 	}
 	for (uint32_t me = 0; me < W; me++) {
 		struct xfer_moe_config c = *cin;
@@ -183,8 +183,8 @@ static void check_plans(const struct xfer_moe_config *cin, const struct mt_token
 		struct xfer_moe_sizes z;
 		CHECK_OK(xfer_moe_sizes(&c, &z));
 		struct moe_plan p;
-		CHECK_OK(moe_plan_alloc(&p, W, L));
-		CHECK_OK(moe_plan_recv(&c, &z, me, (const uint32_t *const *)rows, &p, &bad));
+		CHECK_OK(xi_moe_plan_alloc(&p, W, L));
+		CHECK_OK(xi_moe_plan_recv(&c, &z, me, (const uint32_t *const *)rows, &p, &bad));
 		uint32_t off = 0;
 		for (uint32_t le = 0; le < L; le++) {
 			uint32_t e = me * L + le, nrow = 0;
@@ -226,7 +226,7 @@ static void check_plans(const struct xfer_moe_config *cin, const struct mt_token
 			}
 		}
 		CHECK(p.ovf_total == ovf && ovf <= c.overflow_tokens);
-		moe_plan_free(&p);
+		xi_moe_plan_free(&p);
 	}
 	free(ovf_dst);
 }
@@ -241,7 +241,7 @@ static void run_case(struct xfer_moe_config c, const uint32_t *host_of, int roun
 	uint32_t **rows = calloc(W, sizeof(*rows));
 	uint32_t RV = moe_route_words(c.num_experts, W);
 	for (uint32_t s = 0; s < W; s++) {
-		CHECK_OK(moe_route_alloc(&routes[s], T, K, W));
+		CHECK_OK(xi_moe_route_alloc(&routes[s], T, K, W));
 		rows[s] = calloc(RV, 4);
 	}
 	for (int round = 1; round <= rounds; round++) {
@@ -252,10 +252,10 @@ static void run_case(struct xfer_moe_config c, const uint32_t *host_of, int roun
 				int64_t *i64 = malloc(((size_t)all[s].n * K + 1) * 8);
 				for (size_t i = 0; i < (size_t)all[s].n * K; i++)
 					i64[i] = all[s].idx[i];
-				moe_route_compute(&c, (uint32_t)round, all[s].n, i64, 8, &routes[s], rows[s]);
+				xi_moe_route_compute(&c, (uint32_t)round, all[s].n, i64, 8, &routes[s], rows[s]);
 				free(i64);
 			} else {
-				moe_route_compute(&c, (uint32_t)round, all[s].n, all[s].idx, 4, &routes[s], rows[s]);
+				xi_moe_route_compute(&c, (uint32_t)round, all[s].n, all[s].idx, 4, &routes[s], rows[s]);
 			}
 			check_route(&c, &all[s], &routes[s], rows[s]);
 		}
@@ -265,16 +265,16 @@ static void run_case(struct xfer_moe_config c, const uint32_t *host_of, int roun
 	}
 	/* a route vector that lies is refused */
 	rows[0][moe_rv_stamp(c.num_experts, W)]++;
-	CHECK(moe_route_valid(&c, (uint32_t)rounds, 0, rows[0]) == -ESTALE);
+	CHECK(xi_moe_route_valid(&c, (uint32_t)rounds, 0, rows[0]) == -ESTALE);
 	rows[0][moe_rv_stamp(c.num_experts, W)]--;
 	rows[0][moe_rv_rec(c.num_experts, 0)] += T + 1;
-	CHECK(moe_route_valid(&c, (uint32_t)rounds, 0, rows[0]) == -EPROTO);
+	CHECK(xi_moe_route_valid(&c, (uint32_t)rounds, 0, rows[0]) == -EPROTO);
 	rows[0][moe_rv_rec(c.num_experts, 0)] -= T + 1;
 	rows[0][0] += 1;
-	CHECK(moe_route_valid(&c, (uint32_t)rounds, 0, rows[0]) == -EPROTO);
+	CHECK(xi_moe_route_valid(&c, (uint32_t)rounds, 0, rows[0]) == -EPROTO);
 	rows[0][0] -= 1;
 	for (uint32_t s = 0; s < W; s++) {
-		moe_route_free(&routes[s]);
+		xi_moe_route_free(&routes[s]);
 		free(rows[s]);
 	}
 	free(all), free(routes), free(rows);
@@ -292,38 +292,38 @@ static void test_capacity(void)
 	uint32_t RV = moe_route_words(4, 2);
 	uint32_t *rows[2] = {calloc(RV, 4), calloc(RV, 4)};
 	struct moe_route r;
-	CHECK_OK(moe_route_alloc(&r, 8, 2, 2));
+	CHECK_OK(xi_moe_route_alloc(&r, 8, 2, 2));
 	/* rank 0: 4 tokens, all to experts 2 and 3 (rank 1); rank 1: nothing */
 	int32_t idx[8] = {2, 3, 2, 3, 2, 3, 2, 3};
-	moe_route_compute(&c, 1, 4, idx, 4, &r, rows[0]);
-	moe_route_compute(&c, 1, 0, idx, 4, &r, rows[1]);
+	xi_moe_route_compute(&c, 1, 4, idx, 4, &r, rows[0]);
+	xi_moe_route_compute(&c, 1, 0, idx, 4, &r, rows[1]);
 	struct moe_plan p;
 	struct xfer_moe_sizes z;
 	c.rank = 1;
 	CHECK_OK(xfer_moe_sizes(&c, &z));
-	CHECK_OK(moe_plan_alloc(&p, 2, 2));
+	CHECK_OK(xi_moe_plan_alloc(&p, 2, 2));
 	uint32_t why = 0;
 	/* overflow: 4 records, 1 private, 3 overflow > 2 */
-	CHECK(moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why) == -ENOSPC && why == 1);
+	CHECK(xi_moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why) == -ENOSPC && why == 1);
 	uint64_t dst[2];
-	CHECK(moe_plan_send(&c, 0, (const uint32_t *const *)rows, dst, &why) == -ENOSPC && why == 1);
+	CHECK(xi_moe_plan_send(&c, 0, (const uint32_t *const *)rows, dst, &why) == -ENOSPC && why == 1);
 	/* rows: expert 2 gets 4 > 3 */
 	c.overflow_tokens = 8;
-	CHECK(moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why) == -ENOSPC && why == 2);
+	CHECK(xi_moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why) == -ENOSPC && why == 2);
 	c.expert_capacity = 4;
 	CHECK_OK(xfer_moe_sizes(&c, &z));
-	CHECK_OK(moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why));
+	CHECK_OK(xi_moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why));
 	/* packed, aligned to 4: 4 + 4 rows fit in 8, not in 7 */
 	c.layout = XFER_MOE_PACKED;
 	c.expert_align = 4;
 	c.expert_capacity = 7;
-	CHECK(moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why) == -ENOSPC && why == 3);
+	CHECK(xi_moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why) == -ENOSPC && why == 3);
 	c.expert_capacity = 8;
 	CHECK_OK(xfer_moe_sizes(&c, &z));
-	CHECK_OK(moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why));
+	CHECK_OK(xi_moe_plan_recv(&c, &z, 1, (const uint32_t *const *)rows, &p, &why));
 	CHECK(p.offsets[0] == 0 && p.offsets[1] == 4 && p.offsets[2] == 8);
-	moe_plan_free(&p);
-	moe_route_free(&r);
+	xi_moe_plan_free(&p);
+	xi_moe_route_free(&r);
 	free(rows[0]), free(rows[1]);
 }
 

@@ -1,0 +1,121 @@
+/* The application side of completions and received messages: non-blocking
+ * polls, and waits that spin briefly and then sleep on a futex. */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "core/deliver.h"
+#include "util/sys.h"
+#include "wire/msg.h"
+
+#define WAIT_SPIN_NS 20000ull
+
+int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
+{
+	int n = 0;
+	if (!e || !cqes || max < 0)
+		return -EINVAL;
+	while (n < max && xi_mpmc_pop(&e->cq, &cqes[n]))
+		n++;
+	/* Completions the worker could not queue before it stopped. */
+	if (n == 0 && atomic_load(&e->stopped) && xi_deliver_after_stop(e))
+		while (n < max && xi_mpmc_pop(&e->cq, &cqes[n]))
+			n++;
+	return n;
+}
+
+/* Waits on `seq` until try() yields something or the timeout passes. */
+static int wait_for(atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
+		    int (*try)(void *), void *arg)
+{
+	uint64_t start = xi_now_ns();
+	uint64_t end = timeout_ms > UINT64_MAX / 2000000ull ? UINT64_MAX : start + timeout_ms * 1000000ull;
+	int n;
+	while ((n = try(arg)) == 0) {
+		uint64_t now = xi_now_ns();
+		if (now >= end)
+			return -ETIMEDOUT;
+		if (now - start < WAIT_SPIN_NS) {
+			sched_yield(); /* let the worker run on small machines */
+			continue;
+		}
+		unsigned s = atomic_load(seq);
+		atomic_fetch_add(waiters, 1);
+		if ((n = try(arg)) != 0) {
+			atomic_fetch_sub(waiters, 1);
+			return n;
+		}
+		uint64_t left_ms = (end - now + 999999) / 1000000;
+		xi_futex_wait_ms(seq, s, left_ms > 100 ? 100 : left_ms);
+		atomic_fetch_sub(waiters, 1);
+	}
+	return n;
+}
+
+struct cq_try {
+	xfer_engine_t *e;
+	struct xfer_cqe *cqes;
+	int max;
+};
+
+static int try_cq(void *arg)
+{
+	struct cq_try *t = arg;
+	return xfer_cq_poll(t->e, t->cqes, t->max);
+}
+
+int xfer_cq_wait(xfer_engine_t *e, struct xfer_cqe *cqes, int max, uint64_t timeout_ms)
+{
+	if (!e || !cqes || max <= 0)
+		return -EINVAL;
+	struct cq_try t = {e, cqes, max};
+	return wait_for(&e->cq_seq, &e->cq_waiters, timeout_ms, try_cq, &t);
+}
+
+int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info)
+{
+	uint32_t slot;
+	if (!e || (cap && !buf))
+		return -EINVAL;
+	if (e->attr.on_recv)
+		return -EINVAL;
+	if (!e->recv_bufs || !xi_mpmc_pop(&e->inbox, &slot))
+		return 0;
+	/* The worker decoded this message when it arrived; its header holds. */
+	const uint8_t *b = e->recv_bufs + (size_t)slot * e->slot_bytes;
+	struct xi_msg m;
+	xi_msg_get_hdr(b, &m);
+	size_t len = m.len;
+	memcpy(buf, m.body, len < cap ? len : cap);
+	if (info) {
+		info->src_id = m.src_id;
+		info->len = len;
+	}
+	/* The repost queue holds every slot, so this push cannot fail. */
+	xi_mpmc_push(&e->repost, &slot);
+	xi_engine_kick(e);
+	return 1;
+}
+
+struct recv_try {
+	xfer_engine_t *e;
+	void *buf;
+	size_t cap;
+	struct xfer_msg_info *info;
+};
+
+static int try_recv(void *arg)
+{
+	struct recv_try *t = arg;
+	return xfer_recv(t->e, t->buf, t->cap, t->info);
+}
+
+int xfer_recv_wait(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info,
+		   uint64_t timeout_ms)
+{
+	if (!e)
+		return -EINVAL;
+	struct recv_try t = {e, buf, cap, info};
+	return wait_for(&e->inbox_seq, &e->inbox_waiters, timeout_ms, try_recv, &t);
+}

@@ -1,0 +1,323 @@
+/* Finding and opening one libfabric NIC: an RDM endpoint with MSG and RMA and
+ * remote CQ data, whatever mr_mode the provider insists on. Nothing here is
+ * specific to one provider: behaviour follows the bits the provider returns. */
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_errno.h>
+
+#include "util/log.h"
+#include "backend/ofi/ofi.h"
+#include "xfer.h"
+
+int xi_ofi_errno(int ret)
+{
+	if (ret >= 0)
+		return ret;
+	int e = -ret;
+	if (e < 256)
+		return ret;
+	switch (e) {
+	case FI_ETRUNC:
+		return -EMSGSIZE;
+	case FI_ENOKEY:
+	case FI_EKEYREJECTED:
+		return -EACCES;
+	case FI_ETOOSMALL:
+		return -ENOSPC;
+	case FI_EOPBADSTATE:
+		return -EBADFD;
+	case FI_ENOCQ:
+	case FI_ENOEQ:
+	case FI_ENOAV:
+		return -ENXIO;
+	default:
+		return -XFER_EFABRIC;
+	}
+}
+
+static const char *expand_provider(const char *p)
+{
+	if (!strcmp(p, "tcp"))
+		return "tcp;ofi_rxm";
+	if (!strcmp(p, "verbs"))
+		return "verbs;ofi_rxm";
+	return p;
+}
+
+static struct fi_info *make_hints(const char *prov, uint64_t op_flags, bool hmem)
+{
+	struct fi_info *h = fi_allocinfo();
+	if (!h)
+		return NULL;
+	h->caps = FI_MSG | FI_RMA | (hmem ? FI_HMEM : 0);
+	h->ep_attr->type = FI_EP_RDM;
+	/* We can supply a context per request, so providers that need one work. */
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	/* FI_MR_HMEM: we register device buffers and always pass their desc. */
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				  FI_MR_ENDPOINT | (hmem ? FI_MR_HMEM : 0);
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->tx_attr->op_flags = op_flags;
+	h->fabric_attr->prov_name = strdup(prov);
+	return h;
+}
+
+/* Providers whose delivery-complete mode is worse than none. shm 1.17 never
+ * completes a write that the target rejects (bad key) when asked for
+ * delivery-complete, and the endpoint stops completing anything after it;
+ * without it, a rejected write completes as sent (nothing lands). */
+static bool delivery_complete_broken(const char *prov)
+{
+	return !strcmp(prov, "shm");
+}
+
+/* Providers not asked for FI_HMEM unless XFER_GPU_NATIVE=1. shm: GPU
+ * traffic between processes of one host takes our CUDA IPC path, and with
+ * FI_HMEM shm 1.17 handles a write into a revoked region differently (the
+ * Python pair test then sees the writer's peer declared dead). */
+static bool hmem_unwanted(const char *prov)
+{
+	return !strcmp(prov, "shm");
+}
+
+/* The first NIC of one provider's list that suits us. */
+static struct fi_info *first_usable(struct fi_info *list, const char *prov, const char *domain)
+{
+	for (struct fi_info *fi = list; fi; fi = fi->next) {
+		if (fi->domain_attr->cq_data_size < 4)
+			continue;
+		/* The provider list holds layered names; an exact match keeps
+		 * "tcp;ofi_rxm" from picking a bare "tcp" msg endpoint. */
+		if (strcmp(fi->fabric_attr->prov_name, prov) != 0)
+			continue;
+		if (domain && strcmp(fi->domain_attr->name, domain) != 0)
+			continue;
+		return fi;
+	}
+	return NULL;
+}
+
+/* Finds the NIC for one provider. FI_HMEM (when wanted) is optional and
+ * delivery-complete is preferred: with it a remote write the target rejects
+ * is reported to us. Each is dropped in turn when no NIC offers it, FI_HMEM
+ * last, so that tcp and shm keep working and a NIC never loses
+ * delivery-complete to gain FI_HMEM. XFER_OFI_DELIVERY_COMPLETE=0/1
+ * overrides the delivery choice. */
+static struct fi_info *query(const char *prov, const char *domain, int want_hmem,
+			     struct fi_info **list_out)
+{
+	bool hmem_first = want_hmem == 2 || (want_hmem == 1 && !hmem_unwanted(prov));
+	static const uint64_t tries[] = {FI_DELIVERY_COMPLETE, 0};
+	const char *dc = getenv("XFER_OFI_DELIVERY_COMPLETE");
+	size_t first = delivery_complete_broken(prov) ? 1 : 0;
+	if (dc && *dc)
+		first = !strcmp(dc, "0") ? 1 : 0;
+	for (int hmem = hmem_first ? 1 : 0; hmem >= 0; hmem--) {
+		for (size_t t = first; t < sizeof(tries) / sizeof(tries[0]); t++) {
+			struct fi_info *h = make_hints(prov, tries[t], hmem), *list = NULL;
+			if (!h)
+				return NULL;
+			int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &list);
+			fi_freeinfo(h);
+			struct fi_info *fi = ret == 0 ? first_usable(list, prov, domain) : NULL;
+			if (fi) {
+				*list_out = list;
+				return fi;
+			}
+			fi_freeinfo(list);
+		}
+	}
+	return NULL;
+}
+
+static struct fi_info *pick(const char *provider, const char *domain, int want_hmem,
+			    struct fi_info **list_out)
+{
+	static const char *auto_order[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
+	const char *names[3];
+	size_t nnames = 0;
+	if (!provider || !*provider || !strcmp(provider, "auto")) {
+		for (size_t i = 0; i < 3; i++)
+			names[nnames++] = auto_order[i];
+	} else {
+		names[nnames++] = expand_provider(provider);
+	}
+	for (size_t i = 0; i < nnames; i++) {
+		struct fi_info *fi = query(names[i], domain, want_hmem, list_out);
+		if (fi)
+			return fi;
+	}
+	return NULL;
+}
+
+static void ofi_close(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	if (!o)
+		return;
+	if (o->ep)
+		fi_close(&o->ep->fid);
+	if (o->av)
+		fi_close(&o->av->fid);
+	if (o->cq)
+		fi_close(&o->cq->fid);
+	if (o->domain)
+		fi_close(&o->domain->fid);
+	if (o->fabric)
+		fi_close(&o->fabric->fid);
+	if (o->info)
+		fi_freeinfo(o->info);
+	free(o);
+	nic->priv = NULL;
+}
+
+static int open_cq(struct ofi_nic *o, size_t size)
+{
+	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .size = size, .wait_obj = FI_WAIT_FD};
+	o->wait_fd = -1;
+	if (fi_cq_open(o->domain, &attr, &o->cq, NULL) == 0) {
+		if (fi_control(&o->cq->fid, FI_GETWAIT, &o->wait_fd) == 0)
+			return 0;
+		fi_close(&o->cq->fid);
+		o->wait_fd = -1;
+	}
+	/* No wait object: the worker dozes with a short timeout instead. */
+	attr.wait_obj = FI_WAIT_NONE;
+	return fi_cq_open(o->domain, &attr, &o->cq, NULL);
+}
+
+/* shm names its queue files /dev/shm/<pid>:<n>:<m>. A process that died
+ * without closing its endpoint leaves them behind, and a later process that
+ * gets the same pid cannot create its own (-EBUSY). Files named for our pid
+ * that this process has not mapped are such leftovers. */
+static int remove_stale_shm_files(void)
+{
+	char prefix[32], maps[1 << 16];
+	int plen = snprintf(prefix, sizeof(prefix), "%d:", (int)getpid()), removed = 0;
+	size_t mlen = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (f) {
+		mlen = fread(maps, 1, sizeof(maps) - 1, f);
+		fclose(f);
+	}
+	maps[mlen] = 0;
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char path[300];
+		if (strncmp(de->d_name, prefix, (size_t)plen) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (strstr(maps, path))
+			continue; /* ours, in use */
+		if (unlink(path) == 0)
+			removed++;
+	}
+	closedir(d);
+	if (removed)
+		xwarn("removed %d stale shm file(s) left by an earlier process with our pid", removed);
+	return removed;
+}
+
+static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain);
+
+static int ofi_open(struct xfer_nic *nic, const char *provider, const char *domain)
+{
+	int ret = ofi_open_once(nic, provider, domain);
+	if (ret == -EBUSY) {
+		/* shm itself unlinks the stale file it tripped over, but fails this
+		 * attempt: clear any others and try once more. */
+		remove_stale_shm_files();
+		ret = ofi_open_once(nic, provider, domain);
+	}
+	return ret;
+}
+
+static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain)
+{
+	struct fi_info *list = NULL, *fi = pick(provider, domain, nic->want_hmem, &list);
+	if (!fi)
+		return domain ? -ENODEV : -XFER_ENOPROV;
+	struct ofi_nic *o = calloc(1, sizeof(*o));
+	if (!o) {
+		fi_freeinfo(list);
+		return -ENOMEM;
+	}
+	nic->priv = o;
+	o->info = fi_dupinfo(fi);
+	fi_freeinfo(list);
+	if (!o->info)
+		goto nomem;
+	fi = o->info;
+	o->mr_mode = fi->domain_attr->mr_mode;
+
+	int ret = fi_fabric(fi->fabric_attr, &o->fabric, NULL);
+	if (!ret)
+		ret = fi_domain(o->fabric, fi, &o->domain, NULL);
+	if (!ret)
+		ret = open_cq(o, fi->tx_attr->size + fi->rx_attr->size + 64);
+	if (!ret) {
+		struct fi_av_attr av = {.type = FI_AV_TABLE};
+		ret = fi_av_open(o->domain, &av, &o->av, NULL);
+	}
+	if (!ret)
+		ret = fi_endpoint(o->domain, fi, &o->ep, NULL);
+	if (!ret)
+		ret = fi_ep_bind(o->ep, &o->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!ret)
+		ret = fi_ep_bind(o->ep, &o->av->fid, 0);
+	if (!ret)
+		ret = fi_enable(o->ep);
+	if (!ret) {
+		nic->addrlen = sizeof(nic->addr);
+		ret = fi_getname(&o->ep->fid, nic->addr, &nic->addrlen);
+	}
+	if (ret) {
+		xerr("opening %s on %s failed: %s", fi->fabric_attr->prov_name,
+		     fi->domain_attr->name, fi_strerror(-ret));
+		ofi_close(nic);
+		return xi_ofi_errno(ret);
+	}
+	snprintf(nic->provider, sizeof(nic->provider), "%s", fi->fabric_attr->prov_name);
+	snprintf(nic->domain, sizeof(nic->domain), "%s", fi->domain_attr->name);
+	nic->tx_size = (uint32_t)(fi->tx_attr->size > 65536 ? 65536 : fi->tx_attr->size);
+	nic->rx_size = (uint32_t)(fi->rx_attr->size > 65536 ? 65536 : fi->rx_attr->size);
+	nic->max_msg = fi->ep_attr->max_msg_size;
+	nic->key_bits = (o->mr_mode & FI_MR_PROV_KEY) ? 0 : (uint32_t)(fi->domain_attr->mr_key_size * 8);
+	atomic_store(&nic->gpu_native, (fi->caps & FI_HMEM) != 0);
+	nic->dmabuf = OFI_HAVE_DMABUF && (fi->caps & FI_HMEM);
+	nic->delivery_complete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
+	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d, GPU memory %s", nic->index,
+	      nic->provider, nic->domain, (unsigned long long)o->mr_mode, nic->tx_size, nic->rx_size,
+	      o->wait_fd, (fi->caps & FI_HMEM) ? "native (FI_HMEM)" : "staged");
+	return 0;
+nomem:
+	ofi_close(nic);
+	return -ENOMEM;
+}
+
+const struct backend_ops xi_ofi_backend = {
+	.name = "ofi",
+	.open = ofi_open,
+	.close = ofi_close,
+	.mr_reg = xi_ofi_mr_reg,
+	.mr_dereg = xi_ofi_mr_dereg,
+	.av_insert = xi_ofi_av_insert,
+	.av_remove = xi_ofi_av_remove,
+	.post_send = xi_ofi_post_send,
+	.post_recv = xi_ofi_post_recv,
+	.post_write = xi_ofi_post_write,
+	.poll = xi_ofi_poll,
+	.wait_fd = xi_ofi_wait_fd,
+	.trywait = xi_ofi_trywait,
+};

@@ -1,0 +1,155 @@
+/* The libfabric data path: posting and polling for one NIC (registration is
+ * in ofi_mr.c). Runs on the NIC's worker thread only (FI_THREAD_DOMAIN). */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "util/log.h"
+#include "backend/ofi/ofi.h"
+
+int xi_ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_t *dest)
+{
+	struct ofi_nic *o = nic->priv;
+	fi_addr_t fa = FI_ADDR_NOTAVAIL;
+	(void)len;
+	int ret = fi_av_insert(o->av, addr, 1, &fa, 0, NULL);
+	if (ret != 1)
+		return ret < 0 ? xi_ofi_errno(ret) : -EINVAL;
+	*dest = fa;
+	return 0;
+}
+
+int xi_ofi_av_remove(struct xfer_nic *nic, uint64_t dest)
+{
+	struct ofi_nic *o = nic->priv;
+	fi_addr_t fa = dest;
+	return xi_ofi_errno(fi_av_remove(o->av, &fa, 1, 0));
+}
+
+int xi_ofi_post_send(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
+		  void *ctx)
+{
+	struct ofi_nic *o = nic->priv;
+	return xi_ofi_errno((int)fi_send(o->ep, buf, len, desc, dest, ctx));
+}
+
+int xi_ofi_post_recv(struct xfer_nic *nic, void *buf, size_t len, void *desc, void *ctx)
+{
+	struct ofi_nic *o = nic->priv;
+	return xi_ofi_errno((int)fi_recv(o->ep, buf, len, desc, FI_ADDR_UNSPEC, ctx));
+}
+
+int xi_ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx)
+{
+	struct ofi_nic *o = nic->priv;
+	ssize_t ret;
+	if (w->len == 0) {
+		/* Immediate only. Delivery-complete adds nothing without data, and
+		 * shm 1.17 never completes a zero-length write that asks for it. */
+		struct iovec iov = {.iov_base = (void *)w->buf, .iov_len = 0};
+		struct fi_rma_iov rma = {.addr = w->raddr, .len = 0, .key = w->rkey};
+		void *desc = w->desc;
+		struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = w->dest,
+					 .rma_iov = &rma, .rma_iov_count = 1, .context = ctx,
+					 .data = w->imm};
+		uint64_t flags = FI_COMPLETION | FI_TRANSMIT_COMPLETE | (w->has_imm ? FI_REMOTE_CQ_DATA : 0);
+		return xi_ofi_errno((int)fi_writemsg(o->ep, &msg, flags));
+	}
+	if (w->has_imm)
+		ret = fi_writedata(o->ep, w->buf, w->len, w->desc, w->imm, w->dest, w->raddr, w->rkey,
+				   ctx);
+	else
+		ret = fi_write(o->ep, w->buf, w->len, w->desc, w->dest, w->raddr, w->rkey, ctx);
+	return xi_ofi_errno((int)ret);
+}
+
+static void translate(const struct fi_cq_data_entry *c, struct nic_event *ev)
+{
+	memset(ev, 0, sizeof(*ev));
+	if ((c->flags & FI_REMOTE_WRITE) || (c->flags & FI_REMOTE_CQ_DATA && !(c->flags & FI_RECV))) {
+		ev->type = NIC_EV_REMOTE_WRITE;
+		ev->imm = (uint32_t)c->data;
+	} else if (c->flags & FI_RECV) {
+		ev->type = NIC_EV_RECV;
+		ev->ctx = c->op_context;
+		ev->len = c->len;
+	} else {
+		ev->type = NIC_EV_TX;
+		ev->ctx = c->op_context;
+	}
+}
+
+/* The next entry is an error: 1 with ev filled, 0 when it is nothing of
+ * ours (a remote write that failed at the target has no context), -1 when
+ * it cannot be read. */
+static int read_error(struct xfer_nic *nic, struct ofi_nic *o, struct nic_event *ev)
+{
+	struct fi_cq_err_entry err = {0};
+	if (fi_cq_readerr(o->cq, &err, 0) != 1)
+		return -1;
+	memset(ev, 0, sizeof(*ev));
+	ev->type = (err.flags & FI_RECV) ? NIC_EV_RECV : NIC_EV_TX;
+	ev->ctx = err.op_context;
+	ev->status = xi_ofi_errno(-err.err);
+	if (ev->status == 0)
+		ev->status = -EIO;
+	xdbg("completion error on %s: %s (prov %d)", nic->domain, fi_strerror(err.err), err.prov_errno);
+	return ev->ctx ? 1 : 0;
+}
+
+/* Up to max events, errors included: a connection that drops flushes every
+ * request on it as an error, and reading those one per call would leave
+ * the completions behind them (a live peer's PONG) waiting for as many
+ * calls. */
+int xi_ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
+{
+	struct ofi_nic *o = nic->priv;
+	struct fi_cq_data_entry c[32];
+	int n = 0;
+	if (max > 32)
+		max = 32;
+	while (n < max) {
+		ssize_t want = max - n, got = fi_cq_read(o->cq, c, (size_t)want);
+		if (got > 0) {
+			for (ssize_t i = 0; i < got; i++)
+				translate(&c[i], &ev[n + i]);
+			n += (int)got;
+			if (got < want)
+				break; /* drained: no second call on the common path */
+			continue;
+		}
+		if (got == -FI_EAGAIN)
+			break;
+		if (got == -FI_EAVAIL) {
+			int r = read_error(nic, o, &ev[n]);
+			if (r < 0)
+				break;
+			n += r;
+			continue;
+		}
+		return n ? n : xi_ofi_errno((int)got);
+	}
+	return n;
+}
+
+int xi_ofi_wait_fd(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	return o->wait_fd;
+}
+
+int xi_ofi_trywait(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	struct fid *f = &o->cq->fid;
+	if (o->wait_fd < 0)
+		return 0;
+	int ret = fi_trywait(o->fabric, &f, 1);
+	return ret == 0 ? 0 : -EAGAIN;
+}

@@ -1,0 +1,255 @@
+/* One turn of the worker: take submissions, post what credits allow, poll
+ * the NICs and the GPU copy engine, run due scans, wake application
+ * threads. Everything it needs is preallocated in xi_worker_setup; the loop
+ * never allocates or locks. */
+#include "core/loop.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "core/cancel.h"
+#include "core/deliver.h"
+#include "core/imm_counters.h"
+#include "core/liveness.h"
+#include "core/notice.h"
+#include "core/op.h"
+#include "core/path.h"
+#include "core/rx.h"
+#include "core/tx.h"
+#include "gpu/gpu_copy.h"
+#include "util/log.h"
+#include "util/sys.h"
+
+#define SCAN_INTERVAL_NS 1000000ull
+#define POLL_BATCH 32
+#define TAKE_MAX 256 /* submissions per turn, so that polling is never starved */
+
+int xi_worker_setup(struct worker *w)
+{
+	int ret;
+	if ((ret = xi_tx_init(w)) || (ret = xi_ops_init(w)) || (ret = xi_deliver_init(w)) ||
+	    (ret = xi_hb_init(w)) || (ret = xi_rx_init(w)) ||
+	    (ret = xi_imm_table_init(&w->imm, w->e->attr.imm_slots)))
+		return ret;
+	/* Only where the CUDA driver loads. */
+	w->gpu = xi_gpu_create();
+	return 0;
+}
+
+void xi_worker_free(struct worker *w)
+{
+	xi_imm_table_destroy(&w->imm);
+	xi_ops_free(w);
+	xi_tx_free(w);
+	xi_deliver_free(w);
+	xi_hb_free(w);
+	xi_rx_free(w);
+}
+
+/* ------------------------------------------------------------ submissions */
+
+static void handle_sub(struct worker *w, const struct sub *s)
+{
+	switch (s->kind) {
+	case SUB_CALL:
+		xi_call_run(w->e, s->u.call);
+		break;
+	case SUB_EXPECT:
+		xi_imm_arm(w, s);
+		break;
+	case SUB_CANCEL:
+		xi_cancel_start(w, s);
+		break;
+	default:
+		xi_path_accept(w, s);
+	}
+}
+
+static int take_submissions(struct worker *w)
+{
+	int n = xi_rx_take_reposts(w);
+	struct sub s;
+	/* Take no more than can be held: a free op for every submission, and no
+	 * completion waiting for the application to reap (core/deliver.c). */
+	while (n < TAKE_MAX && w->free_ops && !xi_deliver_backlog(w) && xi_mpmc_pop(&w->e->subq, &s)) {
+		handle_sub(w, &s);
+		n++;
+	}
+	return n;
+}
+
+/* ----------------------------------------------------------------- events */
+
+static void tx_done(struct worker *w, struct wr *wr, int status)
+{
+	xi_tx_complete(w, wr);
+	switch (wr->kind) {
+	case WR_HB:
+	case WR_PONG:
+		xi_hb_done(w, wr, status);
+		break;
+	case WR_NOTICE:
+		xi_notice_done(w, wr, status);
+		break;
+	default:
+		xi_path_sent(w, wr, status);
+	}
+}
+
+/* Returns how many events; *drained: every NIC returned fewer than a batch. */
+static int poll_nics(struct worker *w, bool *drained)
+{
+	xfer_engine_t *e = w->e;
+	struct nic_event ev[POLL_BATCH];
+	int total = 0;
+	*drained = true;
+	for (unsigned n = 0; n < e->nnics; n++) {
+		int got = e->ops.poll(&e->nics[n], ev, POLL_BATCH);
+		if (got < 0) {
+			xwarn("polling %s failed: %s", e->nics[n].domain, xfer_strerror(got));
+			continue;
+		}
+		for (int i = 0; i < got; i++) {
+			switch (ev[i].type) {
+			case NIC_EV_REMOTE_WRITE:
+				xi_imm_arrived(w, ev[i].imm, 1);
+				break;
+			case NIC_EV_RECV:
+				xi_rx_done(w, ev[i].ctx, &ev[i]);
+				break;
+			case NIC_EV_TX:
+				tx_done(w, ev[i].ctx, ev[i].status);
+				break;
+			}
+		}
+		total += got;
+		if (got == POLL_BATCH)
+			*drained = false;
+	}
+	return total;
+}
+
+/* Finished GPU copies come back like NIC completions, by context. */
+static int poll_gpu(struct worker *w)
+{
+	struct xi_gpu_event ev[POLL_BATCH];
+	int got = xi_gpu_pending(w->gpu) ? xi_gpu_poll(w->gpu, ev, POLL_BATCH) : 0;
+	for (int i = 0; i < got; i++)
+		xi_notice_copied(w, ev[i].ctx, ev[i].status);
+	return got;
+}
+
+/* -------------------------------------------------------------- deadlines */
+
+static void expire_ops(struct worker *w, uint64_t now, uint64_t *next)
+{
+	for (struct op *op = w->live.next_live; op != &w->live; op = op->next_live) {
+		if (op->user_done)
+			continue;
+		if (op->s.to.deadline_ns > now) {
+			if (op->s.to.deadline_ns < *next)
+				*next = op->s.to.deadline_ns;
+			continue;
+		}
+		/* Tell the user now; requests already posted may still land, so the
+		 * op keeps its region and peer references until they drain. */
+		xi_op_fail(op, -ETIMEDOUT);
+		xi_op_complete_early(w, op, -ETIMEDOUT);
+		/* A request that outlived its deadline may mean a dead peer: probe. */
+		if (op->s.peer != XFER_PEER_NONE)
+			xi_peer_suspect(w, op->s.peer, -ETIMEDOUT);
+	}
+}
+
+static uint64_t scan_deadlines(struct worker *w, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	expire_ops(w, now, &next);
+	xi_imm_expire(w, now, &next);
+	xi_cancel_expire(w, now, &next);
+	xi_hb_scan(w, now, &next);
+	return next;
+}
+
+/* ------------------------------------------------------------------ loop */
+
+static void wake_app(struct worker *w)
+{
+	xi_deliver_wake(w);
+	xi_rx_wake(w);
+}
+
+int xi_worker_loop_once(struct worker *w, uint64_t now)
+{
+	int n = 0;
+	if (xi_deliver_backlog(w))
+		n += xi_deliver_flush(w);
+	n += take_submissions(w);
+	n += xi_path_post_pending(w);
+	bool drained;
+	n += poll_nics(w, &drained);
+	/* Liveness verdicts wait for a drained queue: a PONG still queued here
+	 * is no miss (core/liveness.c). */
+	if (drained)
+		w->caught_up_ns = now;
+	n += poll_gpu(w);
+	if (xi_notice_waiting(w))
+		n += xi_notice_flush(w);
+	if (xi_op_fifo_head(w))
+		n += xi_path_post_pending(w);
+	if (now >= w->next_scan_ns) {
+		/* Scans are at least SCAN_INTERVAL_NS apart; deadlines are that precise. */
+		uint64_t next = scan_deadlines(w, now);
+		uint64_t soon = now + SCAN_INTERVAL_NS;
+		w->next_scan_ns = next < soon ? soon : next;
+	}
+	wake_app(w);
+	return n;
+}
+
+bool xi_worker_busy(const struct worker *w)
+{
+	return xi_op_fifo_head(w) || xi_deliver_backlog(w) || xi_gpu_pending(w->gpu) || xi_notice_waiting(w);
+}
+
+/* Completes everything still pending with status, waiting a bounded time for
+ * posted requests to drain so that none can complete after we return. */
+void xi_worker_quiesce(struct worker *w, int status)
+{
+	xfer_engine_t *e = w->e;
+	struct sub s;
+	bool drained;
+	while (xi_mpmc_pop(&e->subq, &s)) {
+		if (s.kind == SUB_CALL) {
+			xi_call_refuse(s.u.call);
+			continue;
+		}
+		xi_sub_unref(e, &s);
+		xi_deliver(w, &s.to, status, s.kind);
+	}
+	for (struct op *op = xi_op_fifo_head(w); op; op = op->next_post)
+		xi_op_fail(op, status);
+	uint64_t give_up = xi_now_ns() + 2000000000ull;
+	/* Goodbyes get a moment to leave (and shm a few polls to map peers). */
+	for (uint64_t until = xi_now_ns() + 300000000ull; xi_hb_goodbye(w) && xi_now_ns() < until;)
+		poll_nics(w, &drained);
+	for (uint64_t until = xi_now_ns() + 5000000ull; xi_now_ns() < until;)
+		poll_nics(w, &drained);
+	while (w->nlive && xi_now_ns() < give_up) {
+		xi_path_post_pending(w);
+		poll_nics(w, &drained);
+		poll_gpu(w);
+		if (xi_notice_waiting(w))
+			xi_notice_flush(w);
+		xi_deliver_flush(w);
+	}
+	/* Whatever is still posted is abandoned: the endpoints close next, after
+	 * which nothing can complete. */
+	xi_gpu_forget(w->gpu);
+	xi_notice_forget(w);
+	xi_ops_abandon(w, status);
+	xi_imm_cancel_all(w, status);
+	xi_cancel_expire(w, UINT64_MAX, &give_up);
+	wake_app(w);
+}

@@ -1,0 +1,274 @@
+#include "core/notice.h"
+
+#include <errno.h>
+
+#include "core/imm_counters.h"
+#include "core/liveness.h"
+#include "core/op.h"
+#include "core/regions.h"
+#include "core/tx.h"
+#include "gpu/gpu_copy.h"
+#include "util/log.h"
+
+/* ------------------------------------------------- a staged write's notices */
+
+static const xfer_rmr_t *dst_of(const struct op *op)
+{
+	return op->s.kind == SUB_WRITE ? op->s.u.write.dst : op->s.u.paged.dst;
+}
+
+/* Ranges per notice: what the smaller of the two engines' receive buffers holds. */
+static uint32_t ranges_per_notice(const xfer_engine_t *e, const struct op *op)
+{
+	uint32_t room = e->peers[op->s.peer].msg_max;
+	return xi_notice_ranges_max(room < e->attr.msg_max ? room : e->attr.msg_max);
+}
+
+static uint32_t notice_count(const xfer_engine_t *e, const struct op *op)
+{
+	if (op->s.kind == SUB_WRITE)
+		return 1;
+	uint32_t per = ranges_per_notice(e, op);
+	return (op->s.u.paged.npages + per - 1) / per;
+}
+
+void xi_notice_phase(struct worker *w, struct op *op)
+{
+	op->phase = OP_NOTICES;
+	op->data_total = op->posted;
+	op->total = op->posted + notice_count(w->e, op);
+	xi_op_enqueue(w, op);
+}
+
+/* Notice k of a staged write: a single write's one range (its shards count
+ * as one immediate each), or the k-th run of a paged write's pages. */
+static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf)
+{
+	const struct sub *s = &op->s;
+	const bool imm = s->flags & XFER_F_IMM;
+	struct xi_notice n = {.region_id = dst_of(op)->region_id, .imm = s->imm};
+	struct wire_cursor c;
+	if (s->kind == SUB_WRITE) {
+		n.nranges = 1;
+		n.count = imm ? op->shards : 0;
+		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+		xi_notice_add(&c, s->u.write.dst_off, s->u.write.len);
+		return xi_notice_end(&c, &n);
+	}
+	const struct xfer_paged_write *pw = &s->u.paged;
+	uint32_t per = ranges_per_notice(e, op), first = k * per;
+	n.nranges = pw->npages - first < per ? pw->npages - first : per;
+	n.count = imm ? n.nranges : 0;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+	for (uint32_t i = first; i < first + n.nranges; i++)
+		xi_notice_add(&c, pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride, pw->page_len);
+	return xi_notice_end(&c, &n);
+}
+
+int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
+{
+	xfer_engine_t *e = w->e;
+	const struct peer *p = &e->peers[op->s.peer];
+	if (!xi_peer_live(p))
+		return -XFER_EPEER;
+	if (!xi_tx_ready(w, n, TX_DATA))
+		return -EAGAIN;
+	struct wr *wr = xi_tx_wr(w, TX_DATA);
+	uint32_t b;
+	uint8_t *buf = wr ? xi_tx_buf(w, &b) : NULL;
+	if (!buf) {
+		if (wr)
+			xi_tx_wr_put(w, wr);
+		return -EAGAIN;
+	}
+	int len = build_op_notice(e, op, k, buf);
+	if (len < 0) {
+		xi_tx_buf_put(w, b);
+		xi_tx_wr_put(w, wr);
+		return len;
+	}
+	*wr = (struct wr){.op = op, .slot = op->data_total + k, .nic = (uint8_t)n, .kind = WR_OP,
+			  .sendbuf = UINT32_MAX};
+	int ret = xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
+	if (ret)
+		xi_tx_wr_put(w, wr);
+	return ret;
+}
+
+/* ------------------------------------------------ entry and copy notices */
+
+/* The notice of entry wr->slot: one range when its bytes wait in the
+ * member's mirror, none after a copy in place. A scatter entry counts one
+ * immediate; a copied single or paged write what its requests would have. */
+static int build_entry_notice(const xfer_engine_t *e, const struct wr *wr, uint8_t *buf)
+{
+	const struct op *op = wr->op;
+	const struct sub *s = &op->s;
+	const struct xfer_scatter_entry *en = s->kind == SUB_SCATTER ? &s->u.scatter.entries[wr->slot] : NULL;
+	uint32_t count = en ? 1 : s->kind == SUB_WRITE ? op->shards : s->u.paged.npages;
+	struct xi_notice n = {.region_id = en ? en->dst->region_id : dst_of(op)->region_id, .imm = s->imm,
+			      .count = (s->flags & XFER_F_IMM) ? count : 0, .nranges = wr->staged ? 1 : 0};
+	struct wire_cursor c;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+	if (wr->staged)
+		xi_notice_add(&c, en->dst_off, en->len);
+	return xi_notice_end(&c, &n);
+}
+
+/* 0 posted, -EAGAIN (no credit or bounce buffer yet), or the error. */
+static int notice_try(struct worker *w, struct wr *wr)
+{
+	xfer_engine_t *e = w->e;
+	const struct peer *p = &e->peers[xi_op_peer_of(wr->op, wr->slot)];
+	unsigned n = wr->nic;
+	if (!xi_peer_live(p))
+		return -XFER_EPEER;
+	if (!xi_tx_ready(w, n, TX_DATA))
+		return -EAGAIN;
+	uint32_t b;
+	uint8_t *buf = xi_tx_buf(w, &b);
+	if (!buf)
+		return -EAGAIN;
+	int len = build_entry_notice(e, wr, buf);
+	if (len < 0) {
+		xi_tx_buf_put(w, b);
+		return len;
+	}
+	return xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
+}
+
+static void notice_queue(struct worker *w, struct wr *wr)
+{
+	wr->next_free = NULL;
+	if (w->notice_tail)
+		w->notice_tail->next_free = wr;
+	else
+		w->notice_head = wr;
+	w->notice_tail = wr;
+}
+
+/* A notice that will never be posted: the entry did not reach GPU memory. */
+static void notice_drop(struct worker *w, struct wr *wr, int status)
+{
+	struct op *op = wr->op;
+	op->notices--;
+	if (op->cut)
+		xi_op_entry_status(op, wr->slot, op->status ? op->status : status);
+	else
+		xi_request_failed(w, op, wr->slot, status);
+	xi_tx_wr_put(w, wr);
+}
+
+void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
+{
+	struct op *op = wr->op;
+	if (!staged && !(op->s.flags & XFER_F_IMM)) {
+		xi_tx_wr_put(w, wr); /* copied in place, nothing to count */
+		return;
+	}
+	wr->kind = WR_NOTICE;
+	wr->staged = staged;
+	wr->sendbuf = UINT32_MAX;
+	op->notices++;
+	if (op->cut) {
+		notice_drop(w, wr, -ECANCELED);
+		return;
+	}
+	/* Behind notices already waiting, so they go out in order. */
+	int ret = w->notice_head ? -EAGAIN : notice_try(w, wr);
+	if (ret == -EAGAIN)
+		notice_queue(w, wr);
+	else if (ret)
+		notice_drop(w, wr, ret);
+}
+
+void xi_notice_copied(struct worker *w, struct wr *wr, int status)
+{
+	struct op *op = wr->op;
+	op->copies--;
+	op->done++;
+	if (status) {
+		xi_request_failed(w, op, wr->slot, status);
+		xi_tx_wr_put(w, wr);
+	} else {
+		xi_notice_landed(w, wr, false);
+	}
+	xi_op_try_finish(w, op);
+}
+
+void xi_notice_done(struct worker *w, struct wr *wr, int status)
+{
+	struct op *op = wr->op;
+	op->notices--;
+	if (status < 0)
+		xi_request_failed(w, op, wr->slot, status);
+	xi_tx_wr_put(w, wr);
+	xi_op_try_finish(w, op);
+}
+
+int xi_notice_flush(struct worker *w)
+{
+	int n = 0;
+	while (w->notice_head) {
+		struct wr *wr = w->notice_head;
+		struct op *op = wr->op;
+		int ret = op->cut ? -ECANCELED : notice_try(w, wr);
+		if (ret == -EAGAIN)
+			break;
+		w->notice_head = wr->next_free;
+		if (!w->notice_head)
+			w->notice_tail = NULL;
+		if (ret)
+			notice_drop(w, wr, ret);
+		xi_op_try_finish(w, op);
+		n++;
+	}
+	return n;
+}
+
+bool xi_notice_waiting(const struct worker *w)
+{
+	return w->notice_head != NULL;
+}
+
+void xi_notice_forget(struct worker *w)
+{
+	w->notice_head = w->notice_tail = NULL;
+}
+
+/* ----------------------------------------------------------- the receiver */
+
+void xi_notice_received(struct worker *w, const struct xi_notice *n)
+{
+	xfer_engine_t *e = w->e;
+	if (n->nranges) {
+		xfer_mr_t *mr = xi_regions_find(e, n->region_id);
+		/* Ranges name mirror bytes: a region written in place has none. */
+		if (!w->gpu || !mr || mr->gpu < 0 || !mr->reg_buf || !mr->registered) {
+			xwarn("dropping a notice for region %llu: not a live GPU region here",
+			      (unsigned long long)n->region_id);
+			return;
+		}
+		for (uint32_t i = 0; i < n->nranges; i++) {
+			uint64_t off, len;
+			xi_notice_range(n, i, &off, &len);
+			if (off > mr->len || len > mr->len - off) {
+				xwarn("dropping a notice with a range outside region %llu",
+				      (unsigned long long)n->region_id);
+				return;
+			}
+		}
+		int ret = 0;
+		for (uint32_t i = 0; i < n->nranges && !ret; i++) {
+			uint64_t off, len;
+			xi_notice_range(n, i, &off, &len);
+			ret = xi_gpu_stage_htod(w->gpu, mr->gpu, (uint64_t)(uintptr_t)mr->buf + off,
+						(const uint8_t *)mr->reg_buf + off, len);
+		}
+		if (ret || xi_gpu_stage_wait(w->gpu, mr->gpu)) {
+			xerr("copy to GPU failed; immediates of this notice withheld");
+			return;
+		}
+	}
+	xi_imm_arrived(w, n->imm, n->count);
+}

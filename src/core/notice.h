@@ -1,0 +1,49 @@
+/* The notice protocol of GPU regions that NICs cannot write in place. Data
+ * for such a region lands in its host mirror without its immediate, or is
+ * copied GPU to GPU on this host; a NOTICE then tells the owner which
+ * ranges to copy to the GPU and how many immediates to count, so that an
+ * immediate never runs ahead of the data in GPU memory.
+ *  - A staged single or paged write sends its notices as a phase of its own
+ *    once all its data landed (several for a large paged write).
+ *  - A scatter entry, or a GPU copy, gets one notice, carried by the request
+ *    context that carried its data (or reserved for its copy), because
+ *    entries are independent.
+ * Once an op is cut short (cancel, deadline, stop) no notice goes out, so no
+ * immediate counts for bytes the caller gave up on. The message itself is
+ * wire/msg.h's; the copies are gpu/gpu_copy.h's. */
+#ifndef XFER_CORE_NOTICE_H
+#define XFER_CORE_NOTICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wire/msg.h"
+
+struct worker;
+struct op;
+struct wr;
+
+/* All data of a staged write landed: its notices are next (requeued). */
+void xi_notice_phase(struct worker *w, struct op *op);
+/* Posts notice k of a staged write on NIC n: 0, -EAGAIN, or the error. */
+int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n);
+
+/* The data of entry wr->slot is in place (wr carried it to a mirror, or its
+ * GPU copy finished): its notice goes out when one is due, else wr is freed. */
+void xi_notice_landed(struct worker *w, struct wr *wr, bool staged);
+/* The GPU copy that wr stands for finished with status. */
+void xi_notice_copied(struct worker *w, struct wr *wr, int status);
+/* An entry's notice completed at the provider. */
+void xi_notice_done(struct worker *w, struct wr *wr, int status);
+/* Posts waiting notices in order; returns how many left the list. */
+int xi_notice_flush(struct worker *w);
+bool xi_notice_waiting(const struct worker *w);
+/* Stop: waiting notices are abandoned. */
+void xi_notice_forget(struct worker *w);
+
+/* A peer's notice arrived (untrusted): copy the ranges from our mirror to
+ * the GPU, then count the immediates. One naming no GPU region of ours, or
+ * a range outside it, is dropped whole. */
+void xi_notice_received(struct worker *w, const struct xi_notice *n);
+
+#endif

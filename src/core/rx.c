@@ -1,0 +1,106 @@
+#include "core/rx.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core/liveness.h"
+#include "core/notice.h"
+#include "core/worker.h"
+#include "util/log.h"
+#include "util/sys.h"
+#include "wire/msg.h"
+
+int xi_rx_init(struct worker *w)
+{
+	w->recv_wrs = calloc(w->e->recv_slots, sizeof(*w->recv_wrs));
+	return w->recv_wrs ? 0 : -ENOMEM;
+}
+
+void xi_rx_free(struct worker *w)
+{
+	free(w->recv_wrs);
+	w->recv_wrs = NULL;
+}
+
+static void repost(struct worker *w, struct wr *wr)
+{
+	xfer_engine_t *e = w->e;
+	e->ops.post_recv(&e->nics[wr->nic], e->recv_bufs + (size_t)wr->slot * e->slot_bytes, e->slot_bytes,
+			 e->recv_mr->nic[wr->nic].desc, wr);
+}
+
+void xi_rx_post_all(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	for (uint32_t slot = 0; slot < e->recv_slots; slot++) {
+		struct wr *wr = &w->recv_wrs[slot];
+		wr->kind = WR_RECV;
+		wr->slot = slot;
+		wr->nic = (uint8_t)(slot / e->attr.recv_count);
+		repost(w, wr);
+	}
+}
+
+int xi_rx_take_reposts(struct worker *w)
+{
+	int n = 0;
+	uint32_t slot;
+	while (xi_mpmc_pop(&w->e->repost, &slot)) {
+		repost(w, &w->recv_wrs[slot]);
+		n++;
+	}
+	return n;
+}
+
+void xi_rx_done(struct worker *w, struct wr *wr, const struct nic_event *ev)
+{
+	xfer_engine_t *e = w->e;
+	const uint8_t *b = e->recv_bufs + (size_t)wr->slot * e->slot_bytes;
+	if (ev->status < 0) {
+		if (!atomic_load_explicit(&e->stopping, memory_order_relaxed)) {
+			xwarn("receive failed on %s: %s", e->nics[wr->nic].domain, xfer_strerror(ev->status));
+			repost(w, wr);
+		}
+		return;
+	}
+	struct xi_msg m;
+	if (xi_msg_decode(b, ev->len, e->attr.msg_max, &m)) {
+		xwarn("dropping malformed message of %zu bytes", ev->len);
+		repost(w, wr);
+		return;
+	}
+	switch (m.magic) {
+	case XI_MSG_PING:
+	case XI_MSG_PONG:
+	case XI_MSG_BYE:
+		repost(w, wr);
+		xi_hb_message(w, m.magic, m.src_id);
+		return;
+	case XI_MSG_NOTICE:
+		xi_notice_received(w, &m.notice);
+		repost(w, wr);
+		return;
+	default: /* XI_MSG_APP */
+		break;
+	}
+	xi_stat_add(&e->st.msgs_received, 1);
+	if (e->attr.on_recv) {
+		e->attr.on_recv(e->attr.on_recv_ctx, m.src_id, m.body, m.len);
+		repost(w, wr);
+		return;
+	}
+	/* The inbox holds every slot, so this push cannot fail. */
+	xi_mpmc_push(&e->inbox, &wr->slot);
+	w->inbox_pushed = true;
+}
+
+void xi_rx_wake(struct worker *w)
+{
+	xfer_engine_t *e = w->e;
+	if (!w->inbox_pushed)
+		return;
+	w->inbox_pushed = false;
+	atomic_fetch_add_explicit(&e->inbox_seq, 1, memory_order_release);
+	if (atomic_load(&e->inbox_waiters))
+		xi_futex_wake_all(&e->inbox_seq);
+}

@@ -1,0 +1,30 @@
+/* Clocks, futexes and the CPU's spin hint: the few system services every
+ * layer above uses. No engine state here. */
+#ifndef XFER_UTIL_SYS_H
+#define XFER_UTIL_SYS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in nanoseconds (vDSO: no system call). */
+uint64_t xi_now_ns(void);
+/* The absolute deadline ms from now; UINT64_MAX for 0 (none) or overflow. */
+uint64_t xi_deadline_after_ms(uint64_t ms);
+void xi_futex_wake_all(atomic_uint *word);
+/* Sleeps while *word == expected, at most timeout_ms; 0 or -errno. */
+int xi_futex_wait_ms(atomic_uint *word, unsigned expected, uint64_t timeout_ms);
+
+static inline void xi_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* Statistics are relaxed counters: readers want a figure, not an order. */
+static inline void xi_stat_add(atomic_uint_fast64_t *c, uint64_t by)
+{
+	atomic_fetch_add_explicit(c, by, memory_order_relaxed);
+}
+
+#endif
