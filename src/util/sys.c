@@ -16,9 +16,7 @@ uint64_t xi_now_ns(void)
 
 uint64_t xi_deadline_after_ms(uint64_t ms)
 {
-	if (ms == 0 || ms > UINT64_MAX / 2000000ull)
-		return UINT64_MAX;
-	return xi_now_ns() + ms * 1000000ull;
+	return ms == 0 ? UINT64_MAX : xi_deadline_from(xi_now_ns(), ms);
 }
 
 void xi_futex_wake_all(atomic_uint *word)

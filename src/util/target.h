@@ -16,6 +16,8 @@ struct xi_target {
 	volatile uint64_t *signal; /* stored just before delivery, when set */
 	uint64_t signal_value;
 	uint64_t deadline_ns; /* absolute; UINT64_MAX: none */
+	uint64_t t_submit;    /* CLOCK_MONOTONIC ns at submission, for the latency
+			       * histograms; 0: not timed (telemetry off) */
 };
 
 #endif
