@@ -419,6 +419,128 @@ struct xfer_stats {
 };
 void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 
+/* --------------------------------------------------------------- telemetry */
+
+/*
+ * Per-peer, per-NIC and per-kind figures, on by default (XFER_TELEMETRY=0
+ * turns them off at engine creation: they then stay 0, and only struct
+ * xfer_stats counts). The worker writes its counters with plain stores to
+ * lines of its own; readers load them relaxed, so a snapshot is not
+ * mutually consistent while work is in flight, and exact once it is idle.
+ *
+ * Versioned structures: set `size` to sizeof the structure before the call.
+ * The library fills the fields that both it and the caller know, zeroes
+ * the rest of the caller's structure, and sets `size` to the bytes it
+ * filled; later versions only add fields at the end. -EINVAL when `size`
+ * does not cover the fields up to and including the identification ones.
+ */
+
+/* Error classes of the errors[] arrays below: a completion's -errno goes to
+ * its own class, or to XFER_STATS_EOTHER. */
+enum xfer_stats_code {
+	XFER_STATS_EOTHER = 0,
+	XFER_STATS_ETIMEDOUT,
+	XFER_STATS_ECANCELED,
+	XFER_STATS_EPEER, /* -XFER_EPEER */
+	XFER_STATS_ECONNRESET,
+	XFER_STATS_ECONNREFUSED,
+	XFER_STATS_ECONNABORTED,
+	XFER_STATS_EHOSTUNREACH,
+	XFER_STATS_ENOTCONN,
+	XFER_STATS_EPIPE,
+	XFER_STATS_EIO,
+	XFER_STATS_EFABRIC, /* -XFER_EFABRIC */
+	XFER_STATS_ENOSPC,
+	XFER_STATS_EBUSY,
+	XFER_STATS_EACCES,
+	XFER_STATS_ESHUTDOWN,
+};
+#define XFER_STATS_CODES 16
+/* Latency buckets: bucket i counts latencies in (2^(i-1), 2^i] ns, bucket 0
+ * those of at most 1 ns, the last one everything above 2^62 ns. */
+#define XFER_STATS_BUCKETS 64
+
+/* "ETIMEDOUT", ..., "EPEER", "other" for class i; NULL past the last. */
+const char *xfer_stats_code_name(unsigned i);
+/* The class of a result (0 or -errno): XFER_STATS_E*, or -1 for res >= 0. */
+int xfer_stats_code_of(int res);
+
+struct xfer_stats_engine {
+	uint32_t size;
+	uint32_t enabled;      /* 1 unless XFER_TELEMETRY=0 */
+	uint64_t submit_again; /* submissions refused with -EAGAIN (queue full) */
+	uint64_t retries;      /* posts the provider refused (-EAGAIN) and that were tried again, all NICs */
+	uint64_t timeouts;     /* operations, expectations and cancels whose deadline passed */
+	uint64_t errors[XFER_STATS_CODES]; /* completions with res < 0, every kind, by class */
+};
+int xfer_stats_engine(const xfer_engine_t *e, struct xfer_stats_engine *out);
+
+/* Lists the peer handles the engine holds (live or dead); returns how many
+ * exist, which may exceed max. */
+int xfer_stats_peers(const xfer_engine_t *e, xfer_peer_t *peers, int max);
+
+/* One peer's figures; peer XFER_PEER_NONE: the totals of every peer removed
+ * so far, folded in at xfer_peer_remove. -ENOENT: no such peer. */
+struct xfer_stats_peer {
+	uint32_t size;
+	uint32_t peer;      /* the handle, or XFER_PEER_NONE for the removed peers' totals */
+	uint64_t engine_id; /* its engine; 0 for the removed peers' totals */
+	int32_t state;      /* XFER_PEER_LIVE or XFER_PEER_DEAD; 0 for the totals */
+	uint32_t reserved;
+	uint64_t ops;            /* its send, write, paged and imm operations that completed */
+	uint64_t writes;         /* write requests posted to it: writes, shards, pages, imm-only, entries */
+	uint64_t bytes_written;  /* their payload */
+	uint64_t sends;          /* application SENDs posted to it */
+	uint64_t bytes_sent;     /* their payload */
+	uint64_t msgs_received;  /* application messages from its engine */
+	uint64_t bytes_received; /* their payload */
+	uint64_t retries;        /* its posts refused by the provider (-EAGAIN), tried again */
+	uint64_t timeouts;       /* its operations whose deadline passed */
+	/* Its operations that failed, by class; a scatter or barrier entry
+	 * that failed at this member counts here too. */
+	uint64_t errors[XFER_STATS_CODES];
+};
+int xfer_stats_peer(const xfer_engine_t *e, xfer_peer_t peer, struct xfer_stats_peer *out);
+
+/* NIC i's figures (xfer_engine_nic_name names it); -EINVAL past the last.
+ * What arrives is counted where it lands: a peer's write with an immediate
+ * is seen by the NIC that reports it, with no length and no sender (the
+ * fabric does not say who wrote), so it is counted per NIC only. */
+struct xfer_stats_nic {
+	uint32_t size;
+	uint32_t nic;
+	uint64_t writes;         /* write requests posted on it */
+	uint64_t bytes_written;  /* their payload */
+	uint64_t sends;          /* SENDs posted on it: messages and GPU notices, not probes */
+	uint64_t bytes_sent;     /* whole messages, headers included */
+	uint64_t probes;         /* PING, PONG and BYE posted */
+	uint64_t retries;        /* posts the provider refused with -EAGAIN */
+	uint64_t tx_errors;      /* requests of any kind that completed with an error */
+	uint64_t imms_received;  /* peers' writes with an immediate that landed through it */
+	uint64_t msgs_received;  /* messages received: application, notices and probes */
+	uint64_t bytes_received; /* whole messages, headers included */
+	uint64_t recv_errors;    /* receives that failed or held a malformed message */
+};
+int xfer_stats_nic(const xfer_engine_t *e, unsigned nic, struct xfer_stats_nic *out);
+
+/* Submission to completion (the completion delivered, to the queue or the
+ * callback) of one op kind (XFER_OP_*), recorded on the worker. */
+struct xfer_stats_latency {
+	uint32_t size;
+	uint32_t kind;
+	uint64_t count;  /* the sum of buckets[] */
+	uint64_t sum_ns;
+	uint64_t buckets[XFER_STATS_BUCKETS];
+};
+int xfer_stats_latency(const xfer_engine_t *e, uint32_t kind, struct xfer_stats_latency *out);
+
+/* Everything above and struct xfer_stats, in the Prometheus text format
+ * (version 0.0.4), every series labelled engine="<id, 16 hex digits>".
+ * Writes a NUL-terminated text and returns its length, or -ENOSPC when cap
+ * is too small, with the bytes needed (NUL included) in *need when need is
+ * not NULL; the text can grow between two calls (a peer added): allow for it. */
+int xfer_stats_prometheus(const xfer_engine_t *e, char *buf, size_t cap, size_t *need);
+
 /* Host-proxy overhead tracing (benchmarks): when enabled, each operation
  * leaves one record with CLOCK_MONOTONIC timestamps in ns. Records that do
  * not fit in the trace ring (65,536) are dropped, never waited for. */

@@ -1,5 +1,5 @@
 /* Engine lifecycle (create, stop, destroy) and what an engine says about
- * itself (address, NICs, statistics, traces). */
+ * itself (address, NICs, traces); its statistics are in api/stats.c. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -70,6 +70,8 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	e->host_id = xi_cuda_host_id();
 	const char *ipc = getenv("XFER_GPU_IPC");
 	e->gpu_ipc = !(ipc && !strcmp(ipc, "0"));
+	const char *tel = getenv("XFER_TELEMETRY");
+	e->telemetry = !(tel && !strcmp(tel, "0"));
 	const char *native = getenv("XFER_GPU_NATIVE");
 	e->gpu_native = !native || !*native ? 1 : !strcmp(native, "0") ? 0 : !strcmp(native, "1") ? 2 : 1;
 	e->peers = calloc(e->max_peers, sizeof(*e->peers));
@@ -173,20 +175,6 @@ int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need
 		a.nic[n].sink_key = e->sink->nic[n].key;
 	}
 	return xi_wire_addr_encode(&a, buf, cap, need);
-}
-
-void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
-{
-	xfer_engine_t *m = (xfer_engine_t *)e;
-	o->ops_submitted = atomic_load(&m->ops_submitted);
-	o->ops_completed = atomic_load(&m->st.ops_completed);
-	o->ops_failed = atomic_load(&m->st.ops_failed);
-	o->wrs_posted = atomic_load(&m->st.wrs_posted);
-	o->bytes_written = atomic_load(&m->st.bytes_written);
-	o->imms_received = atomic_load(&m->st.imms_received);
-	o->imms_dropped = atomic_load(&m->st.imms_dropped);
-	o->msgs_received = atomic_load(&m->st.msgs_received);
-	o->worker_sleeps = atomic_load(&m->st.worker_sleeps);
 }
 
 void xfer_engine_trace(xfer_engine_t *e, int enable)

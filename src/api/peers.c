@@ -7,6 +7,7 @@
 
 #include "core/call.h"
 #include "core/liveness.h"
+#include "core/telemetry.h"
 
 struct peer_add_args {
 	const struct wire_addr *a;
@@ -52,6 +53,7 @@ filled:
 	p->nnics = a->nnics;
 	p->msg_max = a->msg_max;
 	xi_hb_peer_added(e->w, i);
+	xi_tel_peer_added(e->w, i, a->engine_id);
 	atomic_store(&p->inflight, 0);
 	atomic_store(&p->state, PEER_LIVE);
 	pa->index = i;
@@ -97,6 +99,9 @@ static int remove_on_worker(xfer_engine_t *e, void *arg)
 	}
 	xi_hb_peer_removed(e->w, self);
 	atomic_store(&p->state, PEER_FREE);
+	/* After the state: a reader that still saw the peer finds its slot
+	 * emptied (xi_tel_read_peer), never its figures twice. */
+	xi_tel_peer_removed(e->w, self);
 	return 0;
 }
 

@@ -47,7 +47,11 @@ static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_c
 		if (c->timeout_ms)
 			timeout = c->timeout_ms;
 	}
-	s->to.deadline_ns = xi_deadline_after_ms(timeout);
+	/* One clock read serves the deadline and the latency histograms: with a
+	 * deadline (the default) the submission stamp costs nothing more. */
+	uint64_t now = timeout || e->telemetry ? xi_now_ns() : 0;
+	s->to.deadline_ns = xi_deadline_from(now, timeout);
+	s->to.t_submit = e->telemetry ? now : 0;
 }
 
 static struct peer *live_peer(xfer_engine_t *e, xfer_peer_t peer)
@@ -118,6 +122,7 @@ static int submit(xfer_engine_t *e, struct sub *s)
 		xi_sub_unref(e, s);
 	atomic_fetch_sub(&e->submitters, 1);
 	if (!ok) {
+		atomic_fetch_add_explicit(&e->submit_again, 1, memory_order_relaxed);
 		xi_engine_kick(e);
 		return -EAGAIN;
 	}

@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include "core/deliver.h"
+#include "core/telemetry.h"
 #include "core/worker.h"
 
 static void cancel_finish(struct worker *w, struct cancel_rec *c, int res)
@@ -71,6 +72,7 @@ void xi_cancel_expire(struct worker *w, uint64_t now, uint64_t *next)
 		/* Not quiesced in time: report that, and stop tracking the ops. */
 		for (struct op *op = w->live.next_live; op != &w->live; op = op->next_live)
 			op->cancels &= ~(1ull << i);
+		xi_tel_timeout(w->tel, XFER_PEER_NONE);
 		cancel_finish(w, c, -ETIMEDOUT);
 	}
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/telemetry.h"
 #include "core/worker.h"
 #include "util/log.h"
 #include "util/sys.h"
@@ -38,9 +39,10 @@ void xi_deliver(struct worker *w, const struct xi_target *t, int res, uint32_t k
 	struct xfer_cqe c = {.user_data = t->user_data, .res = res, .kind = kind};
 	/* Before the completion: a kernel polling mapped memory may start now. */
 	signal_store(t->signal, t->signal_value);
-	xi_stat_add(&e->st.ops_completed, 1);
+	xi_stat_own_add(&e->st.ops_completed, 1);
 	if (res < 0)
-		xi_stat_add(&e->st.ops_failed, 1);
+		xi_stat_own_add(&e->st.ops_failed, 1);
+	xi_tel_completed(w->tel, t, res, kind);
 	if (t->cb) {
 		t->cb(t->cb_ctx, &c);
 		return;

@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include "core/deliver.h"
+#include "core/telemetry.h"
 #include "core/worker.h"
 #include "util/sys.h"
 
@@ -25,9 +26,9 @@ void xi_imm_arrived(struct worker *w, uint32_t imm, uint32_t n)
 	if (!n)
 		return;
 	struct imm_entry *en = xi_imm_table_get(&w->imm, imm, true);
-	xi_stat_add(&e->st.imms_received, n);
+	xi_stat_own_add(&e->st.imms_received, n);
 	if (!en) {
-		xi_stat_add(&e->st.imms_dropped, n);
+		xi_stat_own_add(&e->st.imms_dropped, n);
 		return;
 	}
 	/* n at once is n single arrivals: one expectation fires, the rest carry. */
@@ -79,6 +80,7 @@ void xi_imm_expire(struct worker *w, uint64_t now, uint64_t *next_deadline)
 		if (!en->used || !en->expected)
 			continue;
 		if (en->to.deadline_ns <= now) {
+			xi_tel_timeout(w->tel, XFER_PEER_NONE);
 			fire(w, en, -ETIMEDOUT);
 			/* Release may have shifted a later entry into slot i. */
 			i--;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "core/op.h"
+#include "core/telemetry.h"
 #include "core/tx.h"
 #include "util/log.h"
 #include "util/sys.h"
@@ -135,6 +136,7 @@ void xi_peer_suspect(struct worker *w, uint32_t idx, int reason)
 void xi_request_failed(struct worker *w, struct op *op, uint32_t i, int status)
 {
 	if (xi_op_multi_peer(op)) {
+		xi_tel_peer_failed(w->tel, xi_op_peer_of(op, i), status);
 		xi_op_entry_status(op, i, status);
 		if (op->status == 0)
 			op->status = status;

@@ -16,6 +16,7 @@
 #include "core/op.h"
 #include "core/path.h"
 #include "core/rx.h"
+#include "core/telemetry.h"
 #include "core/tx.h"
 #include "gpu/gpu_copy.h"
 #include "util/log.h"
@@ -28,8 +29,8 @@
 int xi_worker_setup(struct worker *w)
 {
 	int ret;
-	if ((ret = xi_tx_init(w)) || (ret = xi_ops_init(w)) || (ret = xi_deliver_init(w)) ||
-	    (ret = xi_hb_init(w)) || (ret = xi_rx_init(w)) ||
+	if ((ret = xi_tel_init(w)) || (ret = xi_tx_init(w)) || (ret = xi_ops_init(w)) ||
+	    (ret = xi_deliver_init(w)) || (ret = xi_hb_init(w)) || (ret = xi_rx_init(w)) ||
 	    (ret = xi_imm_table_init(&w->imm, w->e->attr.imm_slots)))
 		return ret;
 	/* Only where the CUDA driver loads. */
@@ -45,6 +46,7 @@ void xi_worker_free(struct worker *w)
 	xi_deliver_free(w);
 	xi_hb_free(w);
 	xi_rx_free(w);
+	xi_tel_free(w);
 }
 
 /* ------------------------------------------------------------ submissions */
@@ -84,6 +86,8 @@ static int take_submissions(struct worker *w)
 static void tx_done(struct worker *w, struct wr *wr, int status)
 {
 	xi_tx_complete(w, wr);
+	if (status < 0)
+		xi_tel_nic(w->tel, wr->nic, TN_TX_ERRORS, 1);
 	switch (wr->kind) {
 	case WR_HB:
 	case WR_PONG:
@@ -113,6 +117,7 @@ static int poll_nics(struct worker *w, bool *drained)
 		for (int i = 0; i < got; i++) {
 			switch (ev[i].type) {
 			case NIC_EV_REMOTE_WRITE:
+				xi_tel_nic(w->tel, n, TN_IMMS_RECEIVED, 1);
 				xi_imm_arrived(w, ev[i].imm, 1);
 				break;
 			case NIC_EV_RECV:
@@ -155,6 +160,7 @@ static void expire_ops(struct worker *w, uint64_t now, uint64_t *next)
 		/* Tell the user now; requests already posted may still land, so the
 		 * op keeps its region and peer references until they drain. */
 		xi_op_fail(op, -ETIMEDOUT);
+		xi_tel_timeout(w->tel, op->s.peer);
 		xi_op_complete_early(w, op, -ETIMEDOUT);
 		/* A request that outlived its deadline may mean a dead peer: probe. */
 		if (op->s.peer != XFER_PEER_NONE)
@@ -226,6 +232,7 @@ void xi_worker_quiesce(struct worker *w, int status)
 			continue;
 		}
 		xi_sub_unref(e, &s);
+		xi_tel_peer_op(w->tel, s.peer, status);
 		xi_deliver(w, &s.to, status, s.kind);
 	}
 	for (struct op *op = xi_op_fifo_head(w); op; op = op->next_post)

@@ -170,6 +170,7 @@ struct xfer_engine {
 	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
 	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
 	atomic_bool tracing;
+	bool telemetry; /* XFER_TELEMETRY: per-peer, per-NIC figures and latencies (core/telemetry.h) */
 	pthread_t thread;
 	bool thread_started;
 
@@ -199,6 +200,7 @@ struct xfer_engine {
 	/* Written by every submission. */
 	_Alignas(64) atomic_uint submitters; /* submissions between their stop check and push */
 	atomic_uint_fast64_t ops_submitted;
+	atomic_uint_fast64_t submit_again; /* refused: the queue was full */
 	/* Sleep and wake handshakes, one line each. */
 	_Alignas(64) atomic_uint worker_sleeping;
 	int wake_fd;
@@ -206,7 +208,7 @@ struct xfer_engine {
 	atomic_uint cq_waiters;
 	_Alignas(64) atomic_uint inbox_seq;
 	atomic_uint inbox_waiters;
-	/* Written by the worker. */
+	/* Written by the worker only (xi_stat_own_add). */
 	_Alignas(64) struct {
 		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
 			imms_dropped, msgs_received, worker_sleeps;

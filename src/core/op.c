@@ -6,6 +6,7 @@
 
 #include "core/cancel.h"
 #include "core/deliver.h"
+#include "core/telemetry.h"
 #include "core/worker.h"
 #include "util/sys.h"
 
@@ -93,6 +94,7 @@ void xi_op_complete_early(struct worker *w, struct op *op, int status)
 	if (op->user_done)
 		return;
 	op->user_done = true;
+	xi_tel_peer_op(w->tel, op->s.peer, status);
 	xi_deliver(w, &op->s.to, status, op->s.kind);
 }
 
@@ -202,8 +204,10 @@ void xi_op_finish(struct worker *w, struct op *op)
 	if (op->s.kind == SUB_SCATTER && op->s.u.scatter.status && !op->user_done)
 		for (uint32_t i = op->posted; i < op->s.u.scatter.n; i++)
 			op->s.u.scatter.status[i] = op->status ? op->status : -ECANCELED;
-	if (!op->user_done)
+	if (!op->user_done) {
+		xi_tel_peer_op(w->tel, op->s.peer, op->status);
 		xi_deliver(w, &op->s.to, op->status, op->s.kind);
+	}
 	if (op->cancels)
 		xi_cancel_release(w, op);
 	op->next_post = w->free_ops;

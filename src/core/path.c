@@ -11,6 +11,7 @@
 #include "core/liveness.h"
 #include "core/notice.h"
 #include "core/op.h"
+#include "core/telemetry.h"
 #include "core/tx.h"
 #include "gpu/gpu_copy.h"
 #include "util/log.h"
@@ -148,7 +149,12 @@ static int send_request(struct worker *w, const struct op *op, unsigned n, struc
 	xi_msg_put_hdr(buf, XI_MSG_APP, s->u.send.len, e->id);
 	if (s->u.send.len)
 		memcpy(buf + XI_MSG_HDR, s->u.send.buf, s->u.send.len);
-	return xi_tx_send(w, n, p->dest[n], b, XI_MSG_HDR + s->u.send.len, wr);
+	int ret = xi_tx_send(w, n, p->dest[n], b, XI_MSG_HDR + s->u.send.len, wr);
+	if (ret == 0)
+		xi_tel_peer_send(w->tel, s->peer, s->u.send.len);
+	else if (ret == -EAGAIN)
+		xi_tel_peer(w->tel, s->peer, TP_RETRIES, 1); /* the provider's refusal */
+	return ret;
 }
 
 /* Posts request i of op on NIC n; with_imm false: the immediate rides on a
@@ -181,6 +187,11 @@ static int post_request(struct worker *w, struct op *op, uint32_t i, unsigned n,
 		nw.has_imm &= with_imm;
 		if (!ret)
 			ret = xi_tx_write(w, n, &nw, wr);
+		/* Only the provider's post says -EAGAIN on this branch. */
+		if (ret == 0)
+			xi_tel_peer_write(w->tel, xi_op_peer_of(op, i), nw.len);
+		else if (ret == -EAGAIN)
+			xi_tel_peer(w->tel, xi_op_peer_of(op, i), TP_RETRIES, 1);
 	}
 	if (ret) {
 		xi_tx_wr_put(w, wr);
@@ -420,6 +431,9 @@ static int post_ipc(struct worker *w, struct op *op)
 	*wr = (struct wr){.op = op, .slot = 0, .nic = op->nic_base, .kind = WR_COPY, .sendbuf = UINT32_MAX};
 	op->total = op->posted = 1;
 	op->copies = 1;
+	/* One write to the peer, whatever the copy engine splits it into. */
+	xi_tel_peer_write(w->tel, s->peer, s->kind == SUB_WRITE ? s->u.write.len
+						      : (uint64_t)s->u.paged.npages * s->u.paged.page_len);
 	return 0;
 }
 
@@ -453,6 +467,7 @@ static int ipc_entry(struct worker *w, struct op *op, uint32_t i, unsigned n)
 	*wr = (struct wr){.op = op, .slot = i, .nic = (uint8_t)n, .kind = WR_COPY, .sendbuf = UINT32_MAX};
 	op->copies++;
 	xi_op_posted(op);
+	xi_tel_peer_write(w->tel, xi_op_peer_of(op, i), en->len);
 	return 0;
 }
 

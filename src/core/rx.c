@@ -5,6 +5,7 @@
 
 #include "core/liveness.h"
 #include "core/notice.h"
+#include "core/telemetry.h"
 #include "core/worker.h"
 #include "util/log.h"
 #include "util/sys.h"
@@ -57,8 +58,10 @@ void xi_rx_done(struct worker *w, struct wr *wr, const struct nic_event *ev)
 	xfer_engine_t *e = w->e;
 	const uint8_t *b = e->recv_bufs + (size_t)wr->slot * e->slot_bytes;
 	if (ev->status < 0) {
+		/* At stop the provider flushes every posted receive: no error. */
 		if (!atomic_load_explicit(&e->stopping, memory_order_relaxed)) {
 			xwarn("receive failed on %s: %s", e->nics[wr->nic].domain, xfer_strerror(ev->status));
+			xi_tel_nic(w->tel, wr->nic, TN_RECV_ERRORS, 1);
 			repost(w, wr);
 		}
 		return;
@@ -66,9 +69,12 @@ void xi_rx_done(struct worker *w, struct wr *wr, const struct nic_event *ev)
 	struct xi_msg m;
 	if (xi_msg_decode(b, ev->len, e->attr.msg_max, &m)) {
 		xwarn("dropping malformed message of %zu bytes", ev->len);
+		xi_tel_nic(w->tel, wr->nic, TN_RECV_ERRORS, 1);
 		repost(w, wr);
 		return;
 	}
+	xi_tel_nic(w->tel, wr->nic, TN_MSGS_RECEIVED, 1);
+	xi_tel_nic(w->tel, wr->nic, TN_BYTES_RECEIVED, ev->len);
 	switch (m.magic) {
 	case XI_MSG_PING:
 	case XI_MSG_PONG:
@@ -83,7 +89,8 @@ void xi_rx_done(struct worker *w, struct wr *wr, const struct nic_event *ev)
 	default: /* XI_MSG_APP */
 		break;
 	}
-	xi_stat_add(&e->st.msgs_received, 1);
+	xi_stat_own_add(&e->st.msgs_received, 1);
+	xi_tel_msg_from(w->tel, m.src_id, m.len);
 	if (e->attr.on_recv) {
 		e->attr.on_recv(e->attr.on_recv_ctx, m.src_id, m.body, m.len);
 		repost(w, wr);

@@ -91,7 +91,7 @@ static void sleep_idle(struct worker *w, uint64_t now)
 	struct epoll_event evs[XFER_NIC_MAX + 1];
 	struct timespec ts = {.tv_sec = (time_t)(limit_ns / 1000000000ull),
 			      .tv_nsec = (long)(limit_ns % 1000000000ull)};
-	atomic_fetch_add_explicit(&e->st.worker_sleeps, 1, memory_order_relaxed);
+	xi_stat_own_add(&e->st.worker_sleeps, 1);
 	epoll_pwait2(w->epfd, evs, XFER_NIC_MAX + 1, &ts, NULL);
 	uint64_t drain;
 	while (read(e->wake_fd, &drain, sizeof(drain)) > 0)

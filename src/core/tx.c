@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/telemetry.h"
 #include "util/sys.h"
 #include "wire/msg.h"
 
@@ -60,11 +61,15 @@ int xi_tx_write(struct worker *w, unsigned n, const struct nic_write *nw, struct
 {
 	xfer_engine_t *e = w->e;
 	int ret = e->ops.post_write(&e->nics[n], nw, wr);
-	if (ret)
+	if (ret) {
+		if (ret == -EAGAIN)
+			xi_tel_nic(w->tel, n, TN_RETRIES, 1);
 		return ret;
+	}
 	w->tx.credits[n]--;
-	xi_stat_add(&e->st.wrs_posted, 1);
-	xi_stat_add(&e->st.bytes_written, nw->len);
+	xi_stat_own_add(&e->st.wrs_posted, 1);
+	xi_stat_own_add(&e->st.bytes_written, nw->len);
+	xi_tel_nic_write(w->tel, n, nw->len);
 	return 0;
 }
 
@@ -74,12 +79,15 @@ int xi_tx_send(struct worker *w, unsigned n, uint64_t dest, uint32_t b, size_t l
 	uint8_t *buf = e->send_bufs + (size_t)b * e->slot_bytes;
 	int ret = e->ops.post_send(&e->nics[n], dest, buf, len, e->send_mr->nic[n].desc, wr);
 	if (ret) {
+		if (ret == -EAGAIN)
+			xi_tel_nic(w->tel, n, TN_RETRIES, 1);
 		xi_tx_buf_put(w, b);
 		return ret;
 	}
 	wr->sendbuf = b;
 	w->tx.credits[n]--;
-	xi_stat_add(&e->st.wrs_posted, 1);
+	xi_stat_own_add(&e->st.wrs_posted, 1);
+	xi_tel_nic_send(w->tel, n, len);
 	return 0;
 }
 
@@ -99,10 +107,13 @@ int xi_tx_probe(struct worker *w, unsigned n, uint64_t dest, enum tx_probe which
 	const uint8_t *msg = e->send_bufs + (size_t)(SEND_BUFS + which) * e->slot_bytes;
 	int ret = e->ops.post_send(&e->nics[n], dest, msg, XI_MSG_HDR, e->send_mr->nic[n].desc, wr);
 	if (ret) {
+		if (ret == -EAGAIN)
+			xi_tel_nic(w->tel, n, TN_RETRIES, 1);
 		xi_tx_wr_put(w, wr);
 		return ret;
 	}
 	w->tx.credits[n]--;
+	xi_tel_nic(w->tel, n, TN_PROBES, 1);
 	return 0;
 }
 

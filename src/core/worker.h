@@ -11,6 +11,7 @@
 
 struct op_path;   /* core/path.h */
 struct xi_gpu;    /* gpu/gpu_copy.h */
+struct xi_tel;    /* core/telemetry.h */
 
 enum wr_kind {
 	WR_OP,     /* request slot of an op (data write, SEND, op-wide notice) */
@@ -123,6 +124,8 @@ struct worker {
 	uint32_t nsuspect;
 	/* core/notice.c */
 	struct wr *notice_head, *notice_tail; /* notices waiting for a credit or buffer */
+	/* core/telemetry.c: counters and histograms the readers aggregate */
+	struct xi_tel *tel;
 	/* gpu/gpu_copy.c, NULL without a CUDA driver */
 	struct xi_gpu *gpu;
 	/* core/loop.c, core/thread.c */
