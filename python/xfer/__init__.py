@@ -27,6 +27,7 @@ from ._version import __version__
 from ._buffers import Device
 from ._completion import OP_KINDS, Completion, ScatterCompletion, wait
 from ._engine import Engine, NicInfo, Stats, Trace
+from ._metrics import MetricsServer
 from ._peer import Group, Peer, ScatterEntry
 from ._recv import Message
 from ._region import Region, RemoteRegion, cuda_available
@@ -101,6 +102,7 @@ __all__ = [
     "Completion",
     "Message",
     "Stats",
+    "MetricsServer",
     "Trace",
     "Signal",
     "Watcher",

@@ -233,6 +233,7 @@ class _Core:
         self.poll_lock = threading.Lock()
         self.nic_infos: List[NicInfo] = []
         self.strays = 0  # completions that matched no pending operation
+        self.metrics_servers: List[Any] = []  # _metrics.MetricsServer, closed with the engine
 
     # -- completions
     def dispatch(self, raw: bytes) -> int:
@@ -425,6 +426,9 @@ class _Core:
             if self.closed:
                 return
             self.closed = True
+            servers, self.metrics_servers = self.metrics_servers, []
+        for server in servers:
+            server.close()
         # Nothing can land any more (stop released every registration on the
         # NICs). Handles become unusable now, but no C object is freed here:
         # another thread may be about to pass one to the library. Remote

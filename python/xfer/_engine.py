@@ -10,9 +10,9 @@ import struct
 import threading
 import weakref
 from ctypes import addressof, byref, c_uint32, c_void_p
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _lib
+from . import _lib, _metrics
 from ._buffers import DeviceLike, Memory, buffer_ptr, index_array, resolve
 from ._completion import Completion, CompletionCallback, ScatterCompletion
 from ._core import (
@@ -831,6 +831,35 @@ class Engine:
         s = _lib.xfer_stats()
         _lib.xfer_engine_stats(self._core.h, byref(s))
         return Stats(*[int(getattr(s, f[0])) for f in _lib.xfer_stats._fields_])
+
+    def telemetry(self) -> Dict[str, Any]:
+        """Every figure the engine keeps, as a dict (``xfer_stats_*``): the
+        counters of :meth:`stats`, ``enabled`` (False under XFER_TELEMETRY=0),
+        ``submit_again``, ``retries``, ``timeouts``, ``errors`` (class name ->
+        count, classes seen only), ``peers`` (handle -> that peer's figures),
+        ``removed_peers`` (the totals of peers removed so far), ``nics`` (one
+        dict per NIC, in order) and ``latency`` (kind name -> ``count``,
+        ``sum_ns``, ``buckets``: 64 counts, bucket i for (2**(i-1), 2**i] ns).
+        Readable after :meth:`close` too. See docs/python.md."""
+        return _metrics.telemetry(self._core.h, self.nics)
+
+    def metrics(self) -> str:
+        """The same figures in the Prometheus text format (``xfer_stats_prometheus``)."""
+        return _metrics.prometheus_text(self._core.h)
+
+    def serve_metrics(self, port: int, host: str = "127.0.0.1") -> _metrics.MetricsServer:
+        """Serves :meth:`metrics` at ``http://host:port/metrics`` from a daemon
+        thread (stdlib http.server) until the server's ``close()`` or the
+        engine's :meth:`close`. ``port`` 0 picks a free one (``server.port``).
+        Loopback unless ``host`` says otherwise: the figures name peers."""
+        check_int(port, "port", 0, 65535, "serve_metrics")
+        core = self._core
+        with core.ctl:
+            if core.closed:
+                raise shutdown("serve_metrics")
+            server = _metrics.MetricsServer(core, host, port)
+            core.metrics_servers.append(server)
+        return server
 
     def trace(self, enable: bool = True) -> None:
         """Turns per-operation tracing on or off (benchmarks; see :meth:`read_traces`)."""

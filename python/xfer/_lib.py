@@ -80,6 +80,18 @@ def XFER_F_NIC(n: int) -> int:
 XFER_PEER_LIVE = 1
 XFER_PEER_DEAD = 2
 
+# Telemetry (struct xfer_stats_*): error classes, latency buckets.
+XFER_STATS_CODES = 16
+XFER_STATS_BUCKETS = 64
+XFER_STATS_CODE_NAMES = (
+    "other", "ETIMEDOUT", "ECANCELED", "EPEER", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EHOSTUNREACH",
+    "ENOTCONN", "EPIPE", "EIO", "EFABRIC", "ENOSPC", "EBUSY", "EACCES", "ESHUTDOWN",
+)
+(XFER_STATS_EOTHER, XFER_STATS_ETIMEDOUT, XFER_STATS_ECANCELED, XFER_STATS_EPEER, XFER_STATS_ECONNRESET,
+ XFER_STATS_ECONNREFUSED, XFER_STATS_ECONNABORTED, XFER_STATS_EHOSTUNREACH, XFER_STATS_ENOTCONN, XFER_STATS_EPIPE,
+ XFER_STATS_EIO, XFER_STATS_EFABRIC, XFER_STATS_ENOSPC, XFER_STATS_EBUSY, XFER_STATS_EACCES,
+ XFER_STATS_ESHUTDOWN) = range(XFER_STATS_CODES)
+
 XFER_DEV_NIC = 1
 XFER_DEV_GPU = 2
 XFER_CPU_AUTO = -2  # worker_cpu: pin the worker near its first NIC (NUMA node)
@@ -234,6 +246,65 @@ class xfer_stats(Structure):
     ]
 
 
+class xfer_stats_engine_t(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("enabled", c_uint32),
+        ("submit_again", c_uint64),
+        ("retries", c_uint64),
+        ("timeouts", c_uint64),
+        ("errors", c_uint64 * XFER_STATS_CODES),
+    ]
+
+
+class xfer_stats_peer_t(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("peer", c_uint32),
+        ("engine_id", c_uint64),
+        ("state", c_int32),
+        ("reserved", c_uint32),
+        ("ops", c_uint64),
+        ("writes", c_uint64),
+        ("bytes_written", c_uint64),
+        ("sends", c_uint64),
+        ("bytes_sent", c_uint64),
+        ("msgs_received", c_uint64),
+        ("bytes_received", c_uint64),
+        ("retries", c_uint64),
+        ("timeouts", c_uint64),
+        ("errors", c_uint64 * XFER_STATS_CODES),
+    ]
+
+
+class xfer_stats_nic_t(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("nic", c_uint32),
+        ("writes", c_uint64),
+        ("bytes_written", c_uint64),
+        ("sends", c_uint64),
+        ("bytes_sent", c_uint64),
+        ("probes", c_uint64),
+        ("retries", c_uint64),
+        ("tx_errors", c_uint64),
+        ("imms_received", c_uint64),
+        ("msgs_received", c_uint64),
+        ("bytes_received", c_uint64),
+        ("recv_errors", c_uint64),
+    ]
+
+
+class xfer_stats_latency_t(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("kind", c_uint32),
+        ("count", c_uint64),
+        ("sum_ns", c_uint64),
+        ("buckets", c_uint64 * XFER_STATS_BUCKETS),
+    ]
+
+
 class xfer_trace(Structure):
     _fields_ = [
         ("user_data", c_uint64),
@@ -358,6 +429,10 @@ STRUCTS: Dict[str, Type[Structure]] = {
     "xfer_topo_dev": xfer_topo_dev,
     "xfer_msg_info": xfer_msg_info,
     "xfer_stats": xfer_stats,
+    "xfer_stats_engine": xfer_stats_engine_t,
+    "xfer_stats_peer": xfer_stats_peer_t,
+    "xfer_stats_nic": xfer_stats_nic_t,
+    "xfer_stats_latency": xfer_stats_latency_t,
     "xfer_trace": xfer_trace,
     "xfer_kv_layout": xfer_kv_layout,
     "xfer_kv_seg": xfer_kv_seg,
@@ -517,6 +592,14 @@ xfer_recv = _proto(clib, "xfer_recv", c_int, P, P, c_size_t, P)
 xfer_recv_wait = _proto(clib, "xfer_recv_wait", c_int, P, P, c_size_t, P, c_uint64)
 xfer_engine_stats = _proto(clib, "xfer_engine_stats", None, P, POINTER(xfer_stats))
 xfer_engine_trace = _proto(clib, "xfer_engine_trace", None, P, c_int)
+xfer_stats_code_name = _proto(clib, "xfer_stats_code_name", c_char_p, c_uint)
+xfer_stats_code_of = _proto(clib, "xfer_stats_code_of", c_int, c_int)
+xfer_stats_engine = _proto(clib, "xfer_stats_engine", c_int, P, POINTER(xfer_stats_engine_t))
+xfer_stats_peers = _proto(clib, "xfer_stats_peers", c_int, P, POINTER(c_uint32), c_int)
+xfer_stats_peer = _proto(clib, "xfer_stats_peer", c_int, P, c_uint32, POINTER(xfer_stats_peer_t))
+xfer_stats_nic = _proto(clib, "xfer_stats_nic", c_int, P, c_uint, POINTER(xfer_stats_nic_t))
+xfer_stats_latency = _proto(clib, "xfer_stats_latency", c_int, P, c_uint32, POINTER(xfer_stats_latency_t))
+xfer_stats_prometheus = _proto(clib, "xfer_stats_prometheus", c_int, P, P, c_size_t, POINTER(c_size_t))
 xfer_trace_read = _proto(clib, "xfer_trace_read", c_int, P, P, c_int)
 xfer_topology = _proto(clib, "xfer_topology", c_int, POINTER(xfer_topo_dev), c_int)
 xfer_topology_nics_for_gpu = _proto(clib, "xfer_topology_nics_for_gpu", c_int, c_int, c_char_p, c_size_t)
