@@ -423,8 +423,10 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 
 /*
  * Per-peer, per-NIC and per-kind figures, on by default (XFER_TELEMETRY=0
- * turns them off at engine creation: they then stay 0, and only struct
- * xfer_stats counts). The worker writes its counters with plain stores to
+ * turns them off at engine creation, xfer_engine_telemetry at any time:
+ * while off they stay as they were, and only struct xfer_stats counts;
+ * an operation is timed only if telemetry was on at its submission and at
+ * its completion). The worker writes its counters with plain stores to
  * lines of its own; readers load them relaxed, so a snapshot is not
  * mutually consistent while work is in flight, and exact once it is idle.
  *
@@ -467,13 +469,15 @@ int xfer_stats_code_of(int res);
 
 struct xfer_stats_engine {
 	uint32_t size;
-	uint32_t enabled;      /* 1 unless XFER_TELEMETRY=0 */
+	uint32_t enabled;      /* 1 unless XFER_TELEMETRY=0 or xfer_engine_telemetry(e, 0) */
 	uint64_t submit_again; /* submissions refused with -EAGAIN (queue full) */
 	uint64_t retries;      /* posts the provider refused (-EAGAIN) and that were tried again, all NICs */
 	uint64_t timeouts;     /* operations, expectations and cancels whose deadline passed */
 	uint64_t errors[XFER_STATS_CODES]; /* completions with res < 0, every kind, by class */
 };
 int xfer_stats_engine(const xfer_engine_t *e, struct xfer_stats_engine *out);
+/* Turns the figures below on (enable != 0) or off, from any thread. */
+void xfer_engine_telemetry(xfer_engine_t *e, int enable);
 
 /* Lists the peer handles the engine holds (live or dead); returns how many
  * exist, which may exceed max. */

@@ -186,6 +186,24 @@ static void check_disabled(void)
 	char *text = render(a.e);
 	CHECK(strstr(text, "xfer_telemetry_enabled{engine=\"") && strstr(text, "\"} 0\n"));
 	free(text);
+
+	/* On at run time: the next operation counts; off again: figures freeze. */
+	xfer_engine_telemetry(a.e, 1);
+	CHECK_OK(xfer_stats_engine(a.e, &s));
+	CHECK(s.enabled == 1);
+	c.user_data = 10;
+	CHECK_OK(xfer_write_imm(a.e, a.peer, IMM_ONLY, &c));
+	CHECK_OK(wait_ok(a.e, 10));
+	p = peer_of(a.e, a.peer);
+	CHECK(p.ops == 1 && p.writes == 1 && nic0(a.e).writes == 1 && lat(a.e, XFER_OP_IMM).count == 1);
+	xfer_engine_telemetry(a.e, 0);
+	c.user_data = 11;
+	CHECK_OK(xfer_write_imm(a.e, a.peer, IMM_ONLY, &c));
+	CHECK_OK(wait_ok(a.e, 11));
+	p = peer_of(a.e, a.peer);
+	CHECK(p.ops == 1 && p.writes == 1 && lat(a.e, XFER_OP_IMM).count == 1);
+	xfer_engine_stats(a.e, &base);
+	CHECK(base.ops_completed == 3);
 	teardown(&a, &b);
 }
 

@@ -217,6 +217,10 @@ def test_telemetry_off(provider: str, monkeypatch: Any) -> None:
         assert all(v["count"] == 0 for v in t["latency"].values())
         fams = _families(a.metrics())
         assert _value(fams, "xfer_telemetry_enabled", "xfer_telemetry_enabled", engine=f"{a.id:016x}") == 0
+        a.set_telemetry(True)  # at run time: the next operation counts
+        assert a.write_imm(pa, 7).result(10) == 0
+        t = a.telemetry()
+        assert t["enabled"] is True and t["peers"][pa.index]["ops"] == 1 and t["latency"]["imm"]["count"] == 1
     finally:
         _close(a, b)
 

@@ -843,6 +843,11 @@ class Engine:
         Readable after :meth:`close` too. See docs/python.md."""
         return _metrics.telemetry(self._core.h, self.nics)
 
+    def set_telemetry(self, enable: bool) -> None:
+        """Turns telemetry on or off (``xfer_engine_telemetry``; XFER_TELEMETRY=0
+        sets it off at creation). While off, the figures stay as they were."""
+        _lib.xfer_engine_telemetry(self._core.h, 1 if enable else 0)
+
     def metrics(self) -> str:
         """The same figures in the Prometheus text format (``xfer_stats_prometheus``)."""
         return _metrics.prometheus_text(self._core.h)

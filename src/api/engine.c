@@ -71,7 +71,7 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	const char *ipc = getenv("XFER_GPU_IPC");
 	e->gpu_ipc = !(ipc && !strcmp(ipc, "0"));
 	const char *tel = getenv("XFER_TELEMETRY");
-	e->telemetry = !(tel && !strcmp(tel, "0"));
+	atomic_init(&e->telemetry, !(tel && !strcmp(tel, "0")));
 	const char *native = getenv("XFER_GPU_NATIVE");
 	e->gpu_native = !native || !*native ? 1 : !strcmp(native, "0") ? 0 : !strcmp(native, "1") ? 2 : 1;
 	e->peers = calloc(e->max_peers, sizeof(*e->peers));

@@ -165,7 +165,7 @@ static const char *const kind_names[XFER_OP_BARRIER + 1] = {
 
 static void engine_families(struct text *t, const struct snapshot *s)
 {
-	family(t, "xfer_telemetry_enabled", "gauge", "1 unless XFER_TELEMETRY=0 turned telemetry off.");
+	family(t, "xfer_telemetry_enabled", "gauge", "1 while telemetry is on (XFER_TELEMETRY, xfer_engine_telemetry).");
 	put(t, "xfer_telemetry_enabled{engine=\"%s\"} %u\n", s->engine, s->eng.enabled);
 	for (size_t i = 0; i < N(engine_base); i++) {
 		family(t, engine_base[i].name, "counter", engine_base[i].help);

@@ -76,6 +76,12 @@ int xfer_stats_engine(const xfer_engine_t *e, struct xfer_stats_engine *out)
 	return give(out, &s, sizeof(s), offsetof(struct xfer_stats_engine, submit_again));
 }
 
+void xfer_engine_telemetry(xfer_engine_t *e, int enable)
+{
+	if (e)
+		xi_tel_enable(e, enable != 0);
+}
+
 int xfer_stats_peers(const xfer_engine_t *e, xfer_peer_t *peers, int max)
 {
 	if (!e || max < 0 || (max && !peers))

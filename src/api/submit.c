@@ -49,9 +49,10 @@ static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_c
 	}
 	/* One clock read serves the deadline and the latency histograms: with a
 	 * deadline (the default) the submission stamp costs nothing more. */
-	uint64_t now = timeout || e->telemetry ? xi_now_ns() : 0;
+	bool timed = atomic_load_explicit(&e->telemetry, memory_order_relaxed);
+	uint64_t now = timeout || timed ? xi_now_ns() : 0;
 	s->to.deadline_ns = xi_deadline_from(now, timeout);
-	s->to.t_submit = e->telemetry ? now : 0;
+	s->to.t_submit = timed ? now : 0;
 }
 
 static struct peer *live_peer(xfer_engine_t *e, xfer_peer_t peer)

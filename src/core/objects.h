@@ -170,7 +170,7 @@ struct xfer_engine {
 	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
 	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
 	atomic_bool tracing;
-	bool telemetry; /* XFER_TELEMETRY: per-peer, per-NIC figures and latencies (core/telemetry.h) */
+	atomic_bool telemetry; /* XFER_TELEMETRY or xfer_engine_telemetry: submissions stamped (core/telemetry.h) */
 	pthread_t thread;
 	bool thread_started;
 

@@ -14,16 +14,16 @@ int xi_tel_init(struct worker *w)
 	if (!t)
 		return -ENOMEM;
 	memset(t, 0, sizeof(*t));
-	t->on = e->telemetry;
-	/* Zeroed here, on the worker: first touch places the slots on its node. */
-	t->peers = t->on ? aligned_alloc(64, (size_t)e->max_peers * sizeof(*t->peers)) : NULL;
-	if ((t->on && !t->peers) || xi_idmap_init(&t->by_id)) {
+	atomic_init(&t->on, atomic_load(&e->telemetry));
+	/* Even when off: xfer_engine_telemetry may turn it on later. Zeroed
+	 * here, on the worker: first touch places the slots on its node. */
+	t->peers = aligned_alloc(64, (size_t)e->max_peers * sizeof(*t->peers));
+	if (!t->peers || xi_idmap_init(&t->by_id)) {
 		free(t->peers);
 		free(t);
 		return -ENOMEM;
 	}
-	if (t->peers)
-		memset(t->peers, 0, (size_t)e->max_peers * sizeof(*t->peers));
+	memset(t->peers, 0, (size_t)e->max_peers * sizeof(*t->peers));
 	w->tel = t;
 	return 0;
 }
@@ -86,8 +86,6 @@ static void *index_value(uint32_t peer)
 void xi_tel_peer_added(struct worker *w, uint32_t peer, uint64_t engine_id)
 {
 	struct xi_tel *t = w->tel;
-	if (!t->on)
-		return;
 	atomic_store_explicit(&t->peers[peer].engine_id, engine_id, memory_order_relaxed);
 	/* The same engine added twice: its messages go to the first handle. */
 	if (!xi_idmap_get(&t->by_id, engine_id) && xi_idmap_put(&t->by_id, engine_id, index_value(peer)))
@@ -97,8 +95,6 @@ void xi_tel_peer_added(struct worker *w, uint32_t peer, uint64_t engine_id)
 void xi_tel_peer_removed(struct worker *w, uint32_t peer)
 {
 	struct xi_tel *t = w->tel;
-	if (!t->on)
-		return;
 	struct xi_tel_peer *p = &t->peers[peer];
 	uint64_t id = atomic_load_explicit(&p->engine_id, memory_order_relaxed);
 	/* A sequence lock with one writer: odd while the counters move. */
@@ -128,7 +124,7 @@ void xi_tel_peer_removed(struct worker *w, uint32_t peer)
 
 void xi_tel_msg_from(struct xi_tel *t, uint64_t src_id, uint64_t bytes)
 {
-	if (!t->on)
+	if (!xi_tel_on(t))
 		return;
 	uintptr_t v = (uintptr_t)xi_idmap_get(&t->by_id, src_id);
 	if (!v)
@@ -172,8 +168,19 @@ bool xi_tel_seq_retry(const xfer_engine_t *e, unsigned seq)
 
 bool xi_tel_enabled(const xfer_engine_t *e)
 {
-	const struct xi_tel *t = tel(e);
-	return t && t->on;
+	return atomic_load_explicit(&((xfer_engine_t *)e)->telemetry, memory_order_relaxed);
+}
+
+void xi_tel_enable(xfer_engine_t *e, bool on)
+{
+	/* The worker's flag first when turning on, last when turning off: an op
+	 * stamped at submission then finds the recorders on, or is not timed. */
+	struct xi_tel *t = e->w ? e->w->tel : NULL;
+	if (on && t)
+		atomic_store_explicit(&t->on, true, memory_order_relaxed);
+	atomic_store_explicit(&e->telemetry, on, memory_order_relaxed);
+	if (!on && t)
+		atomic_store_explicit(&t->on, false, memory_order_relaxed);
 }
 
 void xi_tel_read_engine(const xfer_engine_t *e, struct xfer_stats_engine *o)
@@ -183,7 +190,7 @@ void xi_tel_read_engine(const xfer_engine_t *e, struct xfer_stats_engine *o)
 	o->submit_again = atomic_load_explicit(&((xfer_engine_t *)e)->submit_again, memory_order_relaxed);
 	if (!t)
 		return;
-	o->enabled = t->on;
+	o->enabled = xi_tel_enabled(e);
 	o->timeouts = ld(&t->timeouts);
 	for (unsigned n = 0; n < e->nnics; n++)
 		o->retries += ld(&t->nic[n].c[TN_RETRIES]);
@@ -219,7 +226,7 @@ int xi_tel_read_peer(const xfer_engine_t *e, uint32_t peer, struct xfer_stats_pe
 		o->state = state;
 		o->engine_id = e->peers[peer].engine_id; /* published before the state */
 	}
-	if (!t || !t->on)
+	if (!t)
 		return 0;
 	const struct xi_tel_peer *p = peer == XFER_PEER_NONE ? &t->removed : &t->peers[peer];
 	unsigned seq;

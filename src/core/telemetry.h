@@ -3,8 +3,10 @@
  * the only writer of everything here (xi_stat_own_add: a plain add, no
  * locked instruction), each group on cache lines of its own; readers on any
  * thread load relaxed and aggregate. Nothing here allocates or locks after
- * xi_tel_init; with telemetry off (XFER_TELEMETRY=0) every recorder returns
- * at its first test.
+ * xi_tel_init; with telemetry off (XFER_TELEMETRY=0, xfer_engine_telemetry)
+ * every recorder returns at its first test, a relaxed load of `on` (a plain
+ * load). The control path (peers added and removed) keeps its tables up to
+ * date either way, so that telemetry can be turned on at any time.
  *
  * Removing a peer folds its counters into the "removed peers" totals and
  * zeroes its slot, inside a sequence count, so that a reader never sees
@@ -72,7 +74,7 @@ struct xi_tel_hist {
 };
 
 struct xi_tel {
-	bool on;
+	atomic_bool on;
 	_Alignas(64) atomic_uint seq; /* odd while a removed peer is folded in */
 	_Alignas(64) xi_counter timeouts;
 	xi_counter errors[XFER_STATS_CODES];
@@ -101,17 +103,22 @@ void xi_tel_peer_removed(struct worker *w, uint32_t peer);
 
 /* ------------------------------------------------------ recorders (worker) */
 
+static inline bool xi_tel_on(struct xi_tel *t)
+{
+	return atomic_load_explicit(&t->on, memory_order_relaxed);
+}
+
 /* Each takes the worker's w->tel and returns at once when telemetry is off. */
 
 static inline void xi_tel_nic(struct xi_tel *t, unsigned n, enum xi_tel_nic_counter c, uint64_t by)
 {
-	if (t->on)
+	if (xi_tel_on(t))
 		xi_stat_own_add(&t->nic[n].c[c], by);
 }
 
 static inline void xi_tel_peer(struct xi_tel *t, uint32_t peer, enum xi_tel_peer_counter c, uint64_t by)
 {
-	if (t->on && peer != XFER_PEER_NONE)
+	if (xi_tel_on(t) && peer != XFER_PEER_NONE)
 		xi_stat_own_add(&t->peers[peer].c[c], by);
 }
 
@@ -144,7 +151,7 @@ static inline void xi_tel_peer_send(struct xi_tel *t, uint32_t peer, uint64_t by
 /* An operation to `peer` was told its result (once per operation). */
 static inline void xi_tel_peer_op(struct xi_tel *t, uint32_t peer, int res)
 {
-	if (!t->on || peer == XFER_PEER_NONE)
+	if (!xi_tel_on(t) || peer == XFER_PEER_NONE)
 		return;
 	xi_stat_own_add(&t->peers[peer].c[TP_OPS], 1);
 	if (res < 0)
@@ -154,14 +161,14 @@ static inline void xi_tel_peer_op(struct xi_tel *t, uint32_t peer, int res)
 /* A scatter or barrier entry failed at member `peer`. */
 static inline void xi_tel_peer_failed(struct xi_tel *t, uint32_t peer, int res)
 {
-	if (t->on && peer != XFER_PEER_NONE && res < 0)
+	if (xi_tel_on(t) && peer != XFER_PEER_NONE && res < 0)
 		xi_stat_own_add(&t->peers[peer].c[TP_ERRORS + xi_tel_code(res)], 1);
 }
 
 /* A deadline passed: of an operation to `peer` (XFER_PEER_NONE: none). */
 static inline void xi_tel_timeout(struct xi_tel *t, uint32_t peer)
 {
-	if (!t->on)
+	if (!xi_tel_on(t))
 		return;
 	xi_stat_own_add(&t->timeouts, 1);
 	if (peer != XFER_PEER_NONE)
@@ -175,7 +182,7 @@ void xi_tel_msg_from(struct xi_tel *t, uint64_t src_id, uint64_t bytes);
  * submission, its latency (the one clock read telemetry adds per op). */
 static inline void xi_tel_completed(struct xi_tel *t, const struct xi_target *to, int res, uint32_t kind)
 {
-	if (!t->on)
+	if (!xi_tel_on(t))
 		return;
 	if (res < 0)
 		xi_stat_own_add(&t->errors[xi_tel_code(res)], 1);
@@ -195,6 +202,8 @@ unsigned xi_tel_seq_begin(const xfer_engine_t *e);
 bool xi_tel_seq_retry(const xfer_engine_t *e, unsigned seq);
 
 bool xi_tel_enabled(const xfer_engine_t *e);
+/* Turns the recorders and the submission stamps on or off (any thread). */
+void xi_tel_enable(xfer_engine_t *e, bool on);
 void xi_tel_read_engine(const xfer_engine_t *e, struct xfer_stats_engine *out);
 /* -ENOENT when the slot is free (peer XFER_PEER_NONE: the removed totals). */
 int xi_tel_read_peer(const xfer_engine_t *e, uint32_t peer, struct xfer_stats_peer *out);
