@@ -35,9 +35,16 @@ struct bench_opts {
 	unsigned baselines;   /* bit per enum bench_impl other than IMPL_XFER */
 	bool verify, json, trace, raw_transmit, verbose;
 	bool raw_unpinned; /* --raw-pin off */
+	uint32_t telemetry; /* --telemetry: enum bench_telemetry, or TEL_BOTH */
 	const char *plot;
 	const char *listen, *connect;
 };
+
+/* Telemetry of both engines during a case (xfer_engine_telemetry): as
+ * created (XFER_TELEMETRY), on or off. --telemetry both measures every xfer
+ * row with it on and off, round after round, and compares the two. */
+enum bench_telemetry { TEL_KEEP, TEL_ON, TEL_OFF };
+#define TEL_BOTH 3
 
 #define BENCH_SLOT_CAP (64ull << 20) /* single writes cycle over this much memory */
 #define BENCH_MSG_MAX 8192           /* engine default msg_max; SEND payloads above it fail */
@@ -52,6 +59,8 @@ struct bench_case {
 	uint32_t verify;
 	uint32_t imm;    /* base of the three immediates the case uses */
 	uint64_t seed;   /* data pattern */
+	uint32_t telemetry; /* enum bench_telemetry, set on both engines for the case */
+	uint32_t reserved;
 };
 
 /* Immediate roles within a case: data writes and pings use imm, the target's

@@ -20,7 +20,7 @@ enum ctl_type {
 };
 
 #define CTL_MAGIC 0x58424e43u /* "XBNC" */
-#define CTL_VERSION 1
+#define CTL_VERSION 2 /* 2: bench_case.telemetry */
 #define CTL_MAX (64u << 10)
 
 struct ctl_hello {

@@ -40,6 +40,10 @@ void opts_usage(FILE *f)
 		"                          CPU during its rounds (default on)\n"
 		"  --verify                the target checks every byte after each row\n"
 		"  --no-trace              do not collect the host-proxy overhead trace\n"
+		"  --telemetry on|off|both per-peer/NIC counters and latency histograms on\n"
+		"                          both engines, or off, or every xfer row measured\n"
+		"                          both ways in turns and compared (default: as the\n"
+		"                          engines were created, XFER_TELEMETRY)\n"
 		"  --verbose               print every round on stderr\n"
 		"  --json                  one JSON object per row on stdout (table on stderr)\n"
 		"  --plot FILE.png         Gbit/s against size (needs python3 + matplotlib)\n"
@@ -180,6 +184,10 @@ int opts_parse(int argc, char **argv, struct bench_opts *o)
 			char *end;
 			o->seconds = strtod(v, &end);
 			bad = *end || !(o->seconds > 0);
+		} else if (!strcmp(a, "--telemetry")) {
+			o->telemetry = !strcmp(v, "on") ? TEL_ON : !strcmp(v, "off") ? TEL_OFF
+				     : !strcmp(v, "both") ? TEL_BOTH : 99;
+			bad = o->telemetry == 99;
 		} else if (!strcmp(a, "--raw-pin")) {
 			bad = strcmp(v, "on") && strcmp(v, "off");
 			o->raw_unpinned = !strcmp(v, "off");

@@ -101,6 +101,8 @@ static void print_json(const struct report *r, const struct row *w, FILE *f)
 {
 	fprintf(f, "{\"op\":\"%s\"", bench_op_name[w->op]);
 	json_str(f, "impl", bench_impl_name[w->impl]);
+	if (w->impl == IMPL_XFER && w->telemetry != TEL_KEEP)
+		json_str(f, "telemetry", w->telemetry == TEL_ON ? "on" : "off");
 	json_str(f, "provider", r->provider);
 	json_str(f, "nics", r->nics);
 	fprintf(f, ",\"bytes\":%llu,\"pages\":%u,\"window\":%u,\"iters\":%llu",
@@ -173,6 +175,7 @@ static struct row *new_row(struct report *r, const struct bench_case *c, uint32_
 	w->verified = c->verify ? 0 : -1;
 	w->gbps = w->peak_gbps = w->mops = w->p50_us = w->p99_us = w->ratio = w->spread = NAN;
 	w->rounds = 1;
+	w->telemetry = impl == IMPL_XFER ? r->telemetry : TEL_KEEP;
 	return w;
 }
 
@@ -215,6 +218,9 @@ struct row *report_add(struct report *r, const struct bench_case *c, uint32_t im
 		w->verified = m->verified;
 	if (impl == IMPL_XFER && r->o->trace && !w->has_ov)
 		snprintf(w->note, sizeof(w->note), "(no trace records)");
+	if (impl == IMPL_XFER && r->o->telemetry == TEL_BOTH)
+		snprintf(w->note + strlen(w->note), sizeof(w->note) - strlen(w->note), "%stelemetry %s",
+			 w->note[0] ? " " : "", w->telemetry == TEL_ON ? "on" : "off");
 	finish_row(r, w);
 	return w;
 }
@@ -268,6 +274,8 @@ static void print_overhead(struct report *r)
 				 w->ov[k][2], w->ov[k][3]);
 			fprintf(r->tab, "  %-27s", cell);
 		}
+		if (w->telemetry != TEL_KEEP && r->o->telemetry == TEL_BOTH)
+			fprintf(r->tab, "  telemetry %s", w->telemetry == TEL_ON ? "on" : "off");
 		fputc('\n', r->tab);
 	}
 }
@@ -340,10 +348,49 @@ static void print_targets(struct report *r)
 		fprintf(r->tab, "  (no row in this run is covered by a target)\n");
 }
 
+/* --telemetry both: each xfer row with telemetry on against the same row
+ * with it off, measured in turns in this run. "noise" is the larger of the
+ * two rows' spreads over their rounds: a ratio below 1 - noise is slower
+ * beyond it. */
+static void print_telemetry(struct report *r)
+{
+	if (r->o->telemetry != TEL_BOTH)
+		return;
+	fprintf(r->tab, "\ntelemetry on vs off (this run, same rows in turns; MsgRate on/off, p50 on/off):\n");
+	int slower = 0, pairs = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const struct row *on = &r->rows[i];
+		if (on->impl != IMPL_XFER || on->telemetry != TEL_ON)
+			continue;
+		const struct row *off = NULL;
+		for (size_t j = 0; j < r->n && !off; j++) {
+			const struct row *x = &r->rows[j];
+			if (x->impl == IMPL_XFER && x->telemetry == TEL_OFF && x->op == on->op &&
+			    x->bytes == on->bytes && x->pages == on->pages && x->window == on->window)
+				off = x;
+		}
+		if (!off || !(off->mops > 0) || !(on->mops > 0))
+			continue;
+		pairs++;
+		double ratio = on->mops / off->mops, p50 = on->p50_us / off->p50_us;
+		double noise = fmax(isnan(on->spread) ? 0 : on->spread, isnan(off->spread) ? 0 : off->spread);
+		bool beyond = ratio < 1 - noise;
+		slower += beyond;
+		char pages[16] = "";
+		if (on->op == OP_PAGED)
+			snprintf(pages, sizeof(pages), " x %u", on->pages);
+		fprintf(r->tab, "  %-6s %9llu B%-8s rate %.3f  p50 %.3f  noise %.0f%%  %s\n", bench_op_name[on->op],
+			(unsigned long long)on->bytes, pages, ratio, p50, noise * 100,
+			beyond ? "SLOWER beyond noise" : "within noise");
+	}
+	fprintf(r->tab, "  %d of %d rows slower with telemetry beyond noise\n", slower, pairs);
+}
+
 void report_end(struct report *r)
 {
 	print_overhead(r);
 	print_targets(r);
+	print_telemetry(r);
 	fflush(r->tab);
 }
 

@@ -19,6 +19,7 @@ struct row {
 	bool has_ov;
 	double ov[OV_COUNT][4]; /* p50, p90, p99, p99.9 in us */
 	int verified;           /* -1 not asked, 0 failed or impossible, 1 every byte */
+	uint32_t telemetry;     /* enum bench_telemetry the row ran with */
 	char note[80];
 };
 
@@ -29,6 +30,7 @@ struct report {
 	size_t n, cap;
 	char provider[64], nics[192], completion[96];
 	int misses;
+	uint32_t telemetry; /* enum bench_telemetry of the rows added next */
 };
 
 void report_begin(struct report *r, const struct bench_opts *o, const char *provider,

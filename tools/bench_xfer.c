@@ -357,6 +357,8 @@ int xfer_init_case(struct xside *x, struct ctl *ctl, const struct bench_case *c,
 	struct xrun r = {.x = x, .c = c, .m = m, .trace = trace};
 	uint8_t desc[XFER_DESC_MAX];
 	uint32_t dlen;
+	if (c->telemetry != TEL_KEEP)
+		xfer_engine_telemetry(x->e, c->telemetry == TEL_ON);
 	int ret = layout_make(c, &r.l);
 	if (ret)
 		return ret;
@@ -567,6 +569,8 @@ int xfer_target_case(struct xside *x, struct ctl *ctl, const struct bench_case *
 	uint8_t desc[XFER_DESC_MAX];
 	xfer_mr_t *mr = NULL;
 	uint8_t *dst = NULL;
+	if (c->telemetry != TEL_KEEP)
+		xfer_engine_telemetry(x->e, c->telemetry == TEL_ON);
 	int ret = layout_make(c, &l), n = 0, verified = 0;
 	if (!ret && (c->op == OP_SINGLE || c->op == OP_PAGED)) {
 		dst = bench_alloc(l.dst_len);

@@ -151,24 +151,42 @@ static int run_point(struct session *s, const struct bench_case *c)
 {
 	const struct bench_opts *o = s->o;
 	unsigned n = o->rounds;
-	struct meas raw[99], xf[99];
+	bool both = o->telemetry == TEL_BOTH;
+	struct meas raw[99], xf[99], xoff[99];
 	int ret = 0;
 	memset(raw, 0, n * sizeof(raw[0]));
 	memset(xf, 0, n * sizeof(xf[0]));
+	memset(xoff, 0, n * sizeof(xoff[0]));
+	struct bench_case on = *c, off = *c;
+	on.telemetry = both ? TEL_ON : o->telemetry;
+	off.telemetry = TEL_OFF;
 	for (unsigned i = 0; i < n && !ret; i++) {
 		if (s->r)
 			ret = measure(s, *c, IMPL_RAW, &raw[i]);
+		/* Telemetry on and off swap places every round: neither always
+		 * runs first after the raw loop. */
+		if (!ret && both && (i & 1))
+			ret = measure(s, off, IMPL_XFER, &xoff[i]);
 		if (!ret)
-			ret = measure(s, *c, IMPL_XFER, &xf[i]);
+			ret = measure(s, on, IMPL_XFER, &xf[i]);
+		if (!ret && both && !(i & 1))
+			ret = measure(s, off, IMPL_XFER, &xoff[i]);
 	}
 	if (!ret) {
 		if (s->r)
 			report_rounds(s, c, IMPL_RAW, raw, n);
+		s->rep.telemetry = on.telemetry;
 		report_rounds(s, c, IMPL_XFER, xf, n);
+		if (both) {
+			s->rep.telemetry = TEL_OFF;
+			report_rounds(s, c, IMPL_XFER, xoff, n);
+		}
+		s->rep.telemetry = TEL_KEEP;
 	}
 	for (unsigned i = 0; i < n; i++) {
 		meas_free(&raw[i]);
 		meas_free(&xf[i]);
+		meas_free(&xoff[i]);
 	}
 	if (!ret && (o->baselines & (1u << IMPL_UCX)))
 		ret = run_ucx(s, c);
