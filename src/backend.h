@@ -104,5 +104,7 @@ struct xfer_nic {
 void backend_fill_stubs(struct backend_ops *ops);
 
 extern struct backend_ops ofi_backend_ops;
+/* xfer's own same-host backend (src/backend/sm/), provider name "shm". */
+extern struct backend_ops xi_sm_backend_ops;
 
 #endif

@@ -225,7 +225,8 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 	e->nics_req = attr->nics && *attr->nics ? strdup(attr->nics) : NULL;
 	e->attr.provider = e->provider_req;
 	e->attr.nics = e->nics_req;
-	e->ops = backend_override ? *backend_override : ofi_backend_ops;
+	e->ops = backend_override ? *backend_override
+		 : !strcmp(e->provider_req, "shm") ? xi_sm_backend_ops : ofi_backend_ops;
 	backend_fill_stubs(&e->ops);
 	e->slot_bytes = (uint32_t)((MSG_HDR_BYTES + attr->msg_max + 63) & ~63u);
 	e->max_peers = MAX_PEERS_DEFAULT;
