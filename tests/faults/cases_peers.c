@@ -48,20 +48,6 @@ static void submit_pages(struct fault_init *f, uint64_t base)
 	}
 }
 
-/* shm 1.17 keeps its queue locks in shared memory: a peer killed while it
- * holds one wedges the processes it talks to inside the provider (seen as a
- * worker spinning in fi_cq_read). Killing a shm peer mid-transfer therefore
- * tests the provider, not us; on shm these cases are skipped. */
-static int skip_kill_on_shm(void)
-{
-	if (!strcmp(t_provider(), "shm")) {
-		fprintf(stderr, "SKIP: SIGKILL of a shm peer can wedge its peers inside libfabric's shm "
-				"(locks in shared memory); run on tcp\n");
-		return T_SKIP;
-	}
-	return 0;
-}
-
 static int kill_init(struct fault_init *f)
 {
 	t_child_may_die = 0;
@@ -97,7 +83,7 @@ static int kill_target(struct fault_target *t)
 }
 
 const struct fault_case case_kill_target = {"kill_target_mid_paged", kill_init, kill_target,
-					    fast_heartbeat, skip_kill_on_shm};
+					    fast_heartbeat};
 
 /* ------------------------------------------------------ already dead peer */
 
@@ -129,7 +115,7 @@ static int dead_target(struct fault_target *t)
 }
 
 const struct fault_case case_dead_peer = {"submit_to_dead_peer", dead_init, dead_target,
-					  fast_heartbeat, skip_kill_on_shm};
+					  fast_heartbeat};
 
 /* ------------------------------------------------------------- restart */
 
