@@ -47,7 +47,8 @@ bench: build
 bench-multinic: build
 	$(BUILD)/bin/xfer-bench-multinic $(RATE)
 
-# libFuzzer over the address and descriptor parsers, from the corpus in the
+# libFuzzer over the address and descriptor parsers, and over what the
+# same-host backend reads from peers (fuzz_sm), from the corpora in the
 # repository (copied, so that new finds do not dirty the tree).
 FUZZ_SECONDS ?= 60
 fuzz:
@@ -56,6 +57,11 @@ fuzz:
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 		tests/fuzz/fuzz_wire.c src/wire.c -o $(BUILD)/fuzz_wire
 	$(BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus
+	mkdir -p $(BUILD)/fuzz-corpus-sm
+	cp tests/fuzz/corpus-sm/* $(BUILD)/fuzz-corpus-sm/
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+		-Isrc/backend/sm tests/fuzz/fuzz_sm.c src/backend/sm/sm_wire.c -o $(BUILD)/fuzz_sm
+	$(BUILD)/fuzz_sm -max_total_time=$(FUZZ_SECONDS) -max_len=256 $(BUILD)/fuzz-corpus-sm
 
 # Random operations with checksums for SOAK_SECONDS on both providers.
 SOAK_SECONDS ?= 60
