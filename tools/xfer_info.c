@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 	if (explicit_provider) {
 		engine_info(&a);
 	} else {
-		static const char *names[] = {"efa", "verbs", "tcp", "shm"};
+		static const char *names[] = {"efa", "verbs", "tcp", "shm", "ofi-shm"};
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 			struct xfer_attr p = a;
 			p.provider = names[i];

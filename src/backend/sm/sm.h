@@ -146,7 +146,8 @@ struct sm_nic {
 	uint32_t nkicks;
 	struct sm_conn *sweeps[SM_MAX_CONNS];
 	uint32_t nsweeps;
-	uint32_t nconnecting;
+	uint32_t nconnecting; /* both roles, for the setup deadline */
+	uint32_t nacks;       /* initiators waiting for their ack: sockets checked every poll */
 	/* Posted receives, oldest first. */
 	struct sm_recv *recvs;
 	uint32_t rhead, rcount, rcap;
@@ -181,9 +182,20 @@ static inline void sm_ev_tx(struct sm_evbuf *b, void *ctx, int status)
 
 uint64_t xi_sm_now_ns(void);
 
-/* sm_conn.c: sockets, connection setup and teardown. */
+/* sm_setup.c: listening, connecting, accepting, hello and ack. */
 int xi_sm_listen(struct sm_nic *s);
 int xi_sm_connect(struct sm_nic *s, const struct sm_addr *a, struct sm_conn **out);
+void xi_sm_accept_all(struct sm_nic *s);
+/* The first message on an accepted connection; false when c was refused
+ * (and dropped). */
+bool xi_sm_on_hello(struct sm_conn *c, const uint8_t *msg, size_t len, const int *fds, int nfds);
+/* The target's answer; false when c was refused (and broken). */
+bool xi_sm_on_ack(struct sm_conn *c, const uint8_t *msg, size_t len);
+
+/* sm_conn.c: socket events, teardown, wake-ups. */
+int xi_sm_epoll_add(struct sm_nic *s, int fd, void *ptr);
+void xi_sm_list_add(struct sm_conn **list, uint32_t *n, struct sm_conn *c);
+void xi_sm_close_socket(struct sm_conn *c);
 /* Looks at every socket with news: new peers, hellos, acks, wake-ups, deaths. */
 void xi_sm_control(struct sm_nic *s);
 /* Initiator side: the peer is gone or broke the protocol; what is in flight

@@ -178,9 +178,9 @@ static int sm_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 		disarm(s);
 	/* Sockets carry only setup, wake-ups and deaths: a busy worker looks at
 	 * them about once a millisecond (a sleeping one is woken by them). */
-	if (s->nconnecting || (++s->polls & 63) == 0) {
+	if (s->nacks || (++s->polls & 63) == 0) {
 		uint64_t now = xi_sm_now_ns();
-		if (s->nconnecting || now - s->last_ctl_ns >= SM_CTL_NS) {
+		if (s->nacks || now - s->last_ctl_ns >= SM_CTL_NS) {
 			xi_sm_control(s);
 			s->last_ctl_ns = now;
 		}
