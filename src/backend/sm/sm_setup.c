@@ -270,8 +270,10 @@ void xi_sm_accept_all(struct sm_nic *s)
 }
 
 /* Whether we may pull from the initiator: read the nonce of its mapping of
- * the segment through process_vm_readv and compare with ours. 1: yes, 0:
- * not permitted (payloads are then staged), -ESRCH: the initiator is gone. */
+ * the segment through process_vm_readv and compare with ours. 1: yes; 0:
+ * the kernel does not let us (payloads are then staged); -ESRCH: the
+ * initiator is gone; -EPROTO: its mapping is not where it said (it is
+ * already gone from the connection, or lies). */
 static int probe_cma(struct sm_conn *c, const struct sm_hello *h)
 {
 	uint64_t got = 0;
@@ -279,18 +281,18 @@ static int probe_cma(struct sm_conn *c, const struct sm_hello *h)
 	struct iovec r = {.iov_base = (void *)(uintptr_t)(h->probe_addr + offsetof(struct sm_seg_hdr, nonce)),
 			  .iov_len = sizeof(got)};
 	if (h->probe_addr > UINT64_MAX - 4096)
-		return 0;
+		return -EPROTO;
 	ssize_t n = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
-	if (n == (ssize_t)sizeof(got) && got == h->nonce)
-		return 1;
-	if (n < 0 && errno == ESRCH)
-		return -ESRCH;
+	if (n == (ssize_t)sizeof(got))
+		return got == h->nonce ? 1 : -EPROTO;
+	if (n < 0 && (errno == ESRCH || errno == EFAULT))
+		return errno == ESRCH ? -ESRCH : -EPROTO;
 	if (!c->nic->cma_logged) {
 		c->nic->cma_logged = true;
 		xwarn("shm: cannot read peer pid %d with process_vm_readv (%s); payloads over %u bytes are "
 		      "staged through shared memory, which is slower (ptrace restrictions? see "
 		      "docs/config.md)",
-		      (int)c->pid, n < 0 ? strerror(errno) : "wrong bytes", SM_INLINE);
+		      (int)c->pid, n < 0 ? strerror(errno) : "short read", SM_INLINE);
 	}
 	return 0;
 }
@@ -338,9 +340,12 @@ bool xi_sm_on_hello(struct sm_conn *c, const uint8_t *msg, size_t len, const int
 		cma = probe_cma(c, &h);
 	if (cma == -ESRCH)
 		ret = -ECONNRESET; /* it died right after connecting */
+	else if (cma < 0)
+		ret = cma;
 	if (ret) {
-		xlog(ret == -ECONNRESET ? XFER_LOG_INFO : XFER_LOG_WARN, "shm: refusing a connection from pid %d: %s",
-		     (int)c->pid, strerror(-ret));
+		/* An initiator that died or left right after connecting is no news. */
+		xlog(ret == -ECONNRESET || cma < 0 ? XFER_LOG_INFO : XFER_LOG_WARN,
+		     "shm: refusing a connection from pid %d: %s", (int)c->pid, strerror(-ret));
 		send_ack(c, ret, false);
 		xi_sm_conn_drop(c);
 		return false;
