@@ -203,6 +203,9 @@ void xi_sm_control(struct sm_nic *s);
 void xi_sm_conn_break(struct sm_conn *c, int status);
 /* Target side: forget the connection (its requests are dropped). */
 void xi_sm_conn_drop(struct sm_conn *c);
+/* Lists an initiator connection for the sweep of the next poll: what is
+ * left in flight fails, and a removed one is freed. */
+void xi_sm_conn_sweep_later(struct sm_conn *c);
 /* Unmaps c's segment (nothing of it is read after this). */
 void xi_sm_conn_unmap(struct sm_conn *c);
 /* Frees an initiator connection whose handle is gone and slots are idle. */

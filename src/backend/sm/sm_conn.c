@@ -82,9 +82,14 @@ void xi_sm_conn_break(struct sm_conn *c, int status)
 	xi_sm_close_socket(c);
 	/* The segment stays mapped until the sweep has taken the completions
 	 * the peer wrote before it went. */
+	xi_sm_conn_sweep_later(c);
+}
+
+void xi_sm_conn_sweep_later(struct sm_conn *c)
+{
 	if (!c->sweep) {
 		c->sweep = true;
-		s->sweeps[s->nsweeps++] = c;
+		c->nic->sweeps[c->nic->nsweeps++] = c;
 	}
 }
 

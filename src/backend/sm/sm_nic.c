@@ -113,11 +113,13 @@ static int sm_av_remove(struct xfer_nic *nic, uint64_t dest)
 	struct sm_conn *c = xi_sm_conn_of(s, dest);
 	if (!c)
 		return -EINVAL;
-	/* The handle is gone now; what is still in flight fails at the next poll. */
+	/* The handle is gone now; what is still in flight fails at the next
+	 * poll, and the sweep frees the connection once nothing is. */
 	s->handles[c->handle] = NULL;
 	s->gen[c->handle]++;
 	c->removed = true;
 	xi_sm_conn_break(c, -ECANCELED);
+	xi_sm_conn_sweep_later(c);
 	return 0;
 }
 

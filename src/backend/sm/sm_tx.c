@@ -17,14 +17,6 @@ struct sm_conn *xi_sm_conn_of(struct sm_nic *s, uint64_t dest)
 	return s->handles[h];
 }
 
-static void list_sweep(struct sm_conn *c)
-{
-	if (!c->sweep) {
-		c->sweep = true;
-		c->nic->sweeps[c->nic->nsweeps++] = c;
-	}
-}
-
 /* Takes the slot of the next position for ctx; false while it is busy. */
 static bool claim(struct sm_conn *c, void *ctx, bool staged)
 {
@@ -89,7 +81,7 @@ int xi_sm_post(struct sm_conn *c, uint8_t op, const void *buf, uint64_t len, uin
 		 * did not answer: the core then probes the peer. */
 		if (!claim(c, ctx, false))
 			return -EAGAIN;
-		list_sweep(c);
+		xi_sm_conn_sweep_later(c);
 		return 0;
 	}
 	if (len > SM_INLINE && !c->cma) {
