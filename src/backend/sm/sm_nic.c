@@ -192,7 +192,7 @@ static int sm_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 	uint32_t n = s->nini, start = s->rr_ini++;
 	for (uint32_t k = 0; k < n && !sm_ev_full(&b); k++) {
 		struct sm_conn *c = s->ini[(start + k) % n];
-		if (c->state == SM_READY && c->busy)
+		if (c->state != SM_BROKEN && c->busy)
 			xi_sm_reap(c, &b);
 	}
 	if (s->dhead && s->rcount)
@@ -235,7 +235,7 @@ static int sm_trywait(struct xfer_nic *nic)
 		if (s->tgt[i]->state == SM_READY)
 			atomic_store_explicit(&s->tgt[i]->seg->req_sleeping, 1, memory_order_relaxed);
 	for (uint32_t i = 0; i < s->nini; i++)
-		if (s->ini[i]->state == SM_READY && s->ini[i]->busy)
+		if (s->ini[i]->state != SM_BROKEN && s->ini[i]->busy)
 			atomic_store_explicit(&s->ini[i]->seg->cmp_sleeping, 1, memory_order_relaxed);
 	s->armed = true;
 	/* Pairs with the fence in xi_sm_flush_kicks (Dekker). */
@@ -250,7 +250,7 @@ static int sm_trywait(struct xfer_nic *nic)
 	}
 	for (uint32_t i = 0; i < s->nini; i++) {
 		struct sm_conn *c = s->ini[i];
-		if (c->state == SM_READY && c->busy &&
+		if (c->state != SM_BROKEN && c->busy &&
 		    atomic_load_explicit(&c->seg->cmp_tail, memory_order_relaxed) != c->cmp_head)
 			return -EAGAIN;
 	}

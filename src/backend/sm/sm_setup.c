@@ -315,10 +315,11 @@ static int take_segment(struct sm_conn *c, const struct sm_hello *h, int fd)
 		xi_sm_conn_unmap(c);
 		return -EPROTO;
 	}
-	/* Start from what is there: an honest initiator has published nothing yet. */
-	c->pos = atomic_load_explicit(&c->seg->req_tail, memory_order_acquire);
-	c->cmp_tail = atomic_load_explicit(&c->seg->cmp_tail, memory_order_relaxed);
-	if (c->pos != 0 || c->cmp_tail != 0) {
+	/* Requests may be waiting already (small ones are posted before the
+	 * ack); completions are ours to write, so there are none yet. */
+	c->pos = 0;
+	c->cmp_tail = 0;
+	if (atomic_load_explicit(&c->seg->cmp_tail, memory_order_relaxed) != 0) {
 		xi_sm_conn_unmap(c);
 		return -EPROTO;
 	}

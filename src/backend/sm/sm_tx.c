@@ -74,7 +74,10 @@ static void push_pieces(struct sm_conn *c)
 int xi_sm_post(struct sm_conn *c, uint8_t op, const void *buf, uint64_t len, uint64_t raddr,
 	       uint64_t rkey, bool has_imm, uint32_t imm, void *ctx)
 {
-	if (c->state == SM_CONNECTING || c->stage.active)
+	/* The ring is ours from the hello on, so small requests (probes among
+	 * them) go at once; a larger one waits for the ack, which says how the
+	 * target can read it. */
+	if ((c->state == SM_CONNECTING && len > SM_INLINE) || c->stage.active)
 		return -EAGAIN;
 	if (c->state == SM_BROKEN) {
 		/* Accepted and failed by the next poll, like any request the peer
