@@ -12,6 +12,11 @@
 # delivery-complete, as xfer's shm gives) or transmit (libfabric shm's
 # default, its fastest; the default here). Extra xfer-bench options go in
 # XFER_BENCH_ARGS. Set XFER_SPIN_US (e.g. 1000000) for busy-poll workers.
+#
+# A second table gives the CPU time (user + system, both processes, from
+# /usr/bin/time) each backend spends moving the same bytes, a fixed number
+# of calls per row: on a machine shared with other work it is steadier
+# than throughput. XFER_BENCH_CPU=0 skips it.
 set -euo pipefail
 build=${1:-build}
 out=${2:-$(mktemp -d /tmp/bench-sm.XXXXXX)}
@@ -38,6 +43,20 @@ for r in "${rows[@]}"; do
 	"$bench" --provider ofi-shm $r --seconds "$secs" --baseline none --json \
 		${XFER_BENCH_ARGS:-} >> "$out/ofi-shm.json" 2>> "$out/ofi-shm.log" || echo "bench-sm.sh: ofi-shm row failed: $r" >&2
 done
+cpu_rows=("--op single --size 1K --iters 200000" "--op single --size 4K --iters 100000"
+	"--op single --size 64K --iters 40000" "--op single --size 1M --iters 2000"
+	"--op single --size 16M --iters 200" "--op paged --page-size 4K --pages 10000 --iters 20")
+: > "$out/cpu.txt"
+if [ "${XFER_BENCH_CPU:-1}" != 0 ] && [ -x /usr/bin/time ]; then
+	for r in "${cpu_rows[@]}"; do
+		for p in shm ofi-shm; do
+			# shellcheck disable=SC2086
+			/usr/bin/time -f "%U %S %e" -o "$out/t" "$bench" --provider "$p" $r --rounds 1 \
+				--baseline none --no-trace > /dev/null 2>> "$out/cpu.log" &&
+				echo "$p|$r|$(cat "$out/t")" >> "$out/cpu.txt"
+		done
+	done
+fi
 read -r l2 _ < /proc/loadavg
 echo "bench-sm.sh: load average $l2 after the run; rows in $out" >&2
 
@@ -81,4 +100,18 @@ for key in sorted(sm, key=lambda k: (["single", "paged", "imm", "send"].index(k[
     if op in ("imm", "send") and x and r:
         extra = f" ({diff(v(x), v(r)):+.1f} us)"
     print(f"| {name} | {fmt(x)} | {fmt(r)} | {fmt(o)} | {rat(x, r)}{extra} | {rat(x, o)} | {sp} |")
+cpu = {}
+for line in open(os.path.join(out, "cpu.txt")):
+    p, row, t = line.rstrip("\n").split("|")
+    u, s_, wall = (float(v) for v in t.split())
+    cpu.setdefault(row, {})[p] = (u + s_, wall)
+if cpu:
+    print()
+    print("| same calls (CPU time, both processes) | xfer shm | xfer ofi-shm | ofi-shm / shm |")
+    print("|---|---|---|---|")
+    for row, d in cpu.items():
+        a, b = d.get("shm"), d.get("ofi-shm")
+        ratio = f"{b[0] / a[0]:.2f}x" if a and b and a[0] > 0 else "-"
+        fmt = lambda v: f"{v[0]:.2f} s CPU ({v[1]:.1f} s wall)" if v else "-"
+        print(f"| {row.replace('--op ', '').replace('--', '')} | {fmt(a)} | {fmt(b)} | {ratio} |")
 PY
