@@ -172,6 +172,39 @@ static void run_sweeps(struct sm_nic *s, struct sm_evbuf *b)
 	}
 }
 
+/* Completions of our requests (and the failures of broken connections). */
+static void reap_all(struct sm_nic *s, struct sm_evbuf *b)
+{
+	if (s->nsweeps)
+		run_sweeps(s, b);
+	uint32_t n = s->nini, start = s->rr_ini++;
+	for (uint32_t k = 0; k < n && !sm_ev_full(b); k++) {
+		struct sm_conn *c = s->ini[(start + k) % n];
+		if (c->state != SM_BROKEN && c->busy)
+			xi_sm_reap(c, b);
+	}
+}
+
+/* Requests of our peers, and SENDs that waited for a receive. */
+static void serve_all(struct sm_nic *s, struct sm_evbuf *b)
+{
+	if (s->dhead && s->rcount)
+		xi_sm_match_defers(s, b);
+	uint32_t n = s->ntgt, start = s->rr_tgt++;
+	bool bad = false;
+	for (uint32_t k = 0; k < n && !sm_ev_full(b); k++) {
+		struct sm_conn *c = s->tgt[(start + k) % n];
+		xi_sm_serve(c, b);
+		bad |= c->bad;
+	}
+	for (uint32_t i = 0; bad && i < s->ntgt;) {
+		if (s->tgt[i]->bad)
+			xi_sm_conn_drop(s->tgt[i]); /* the last one moved into i */
+		else
+			i++;
+	}
+}
+
 static int sm_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 {
 	struct sm_nic *s = nic->priv;
@@ -187,30 +220,21 @@ static int sm_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 			s->last_ctl_ns = now;
 		}
 	}
-	if (s->nsweeps)
-		run_sweeps(s, &b);
-	uint32_t n = s->nini, start = s->rr_ini++;
-	for (uint32_t k = 0; k < n && !sm_ev_full(&b); k++) {
-		struct sm_conn *c = s->ini[(start + k) % n];
-		if (c->state != SM_BROKEN && c->busy)
-			xi_sm_reap(c, &b);
-	}
-	if (s->dhead && s->rcount)
-		xi_sm_match_defers(s, &b);
-	n = s->ntgt;
-	start = s->rr_tgt++;
-	bool bad = false;
-	for (uint32_t k = 0; k < n && !sm_ev_full(&b); k++) {
-		struct sm_conn *c = s->tgt[(start + k) % n];
-		xi_sm_serve(c, &b);
-		bad |= c->bad;
-	}
-	for (uint32_t i = 0; bad && i < s->ntgt;) {
-		if (s->tgt[i]->bad)
-			xi_sm_conn_drop(s->tgt[i]); /* the last one moved into i */
-		else
-			i++;
-	}
+	/* Both sides share the event budget: the one that goes first, in
+	 * turns, gets at most half of it, so that a stream of completions (or
+	 * of failures from a dead peer) never starves the requests of others,
+	 * nor the other way round. */
+	bool reap_first = s->polls & 1;
+	b.max = max > 1 ? max / 2 : max;
+	if (reap_first)
+		reap_all(s, &b);
+	else
+		serve_all(s, &b);
+	b.max = max;
+	if (reap_first)
+		serve_all(s, &b);
+	else
+		reap_all(s, &b);
 	xi_sm_flush_kicks(s);
 	return b.n;
 }

@@ -14,7 +14,7 @@
 #include "log.h"
 #include "sm.h"
 
-enum { CONSUMED, BLOCKED };
+enum { CONSUMED, BLOCKED /* until a receive is posted */, LATER /* this poll is full */ };
 
 static const uint8_t *slot_data(const struct sm_conn *c, uint64_t seq)
 {
@@ -249,6 +249,25 @@ static void give_back_recv(struct sm_conn *c)
 	c->as.recv_ctx = NULL;
 }
 
+/* The completions a peer wrote before it sent us a message are reported
+ * before the message: they travel on the other connection of the pair, and
+ * a message such as BYE (the peer's engine stops: the core fails what is
+ * pending to it) must not overtake them. False when the poll has no room
+ * left for them and the message. */
+static bool reap_first(struct sm_conn *c, struct sm_evbuf *b)
+{
+	struct sm_nic *s = c->nic;
+	for (uint32_t i = 0; i < s->nini; i++) {
+		struct sm_conn *ic = s->ini[i];
+		if (ic->pid != c->pid || ic->state == SM_BROKEN || !ic->busy || !ic->seg)
+			continue;
+		xi_sm_reap(ic, b);
+		if (ic->seg && atomic_load_explicit(&ic->seg->cmp_tail, memory_order_acquire) != ic->cmp_head)
+			return false;
+	}
+	return !sm_ev_full(b);
+}
+
 static void deliver(struct sm_conn *c, uint64_t seq, const struct sm_req_view *v, struct sm_recv r,
 		    struct sm_evbuf *b)
 {
@@ -282,6 +301,8 @@ void xi_sm_match_defers(struct sm_nic *s, struct sm_evbuf *b)
 {
 	while (s->dhead && s->rcount && !sm_ev_full(b)) {
 		struct sm_defer *d = s->dhead;
+		if (!reap_first(d->c, b))
+			break;
 		s->dhead = d->next;
 		if (!s->dhead)
 			s->dtail = NULL;
@@ -319,6 +340,8 @@ static int send_piece(struct sm_conn *c, const struct sm_req_view *v, struct sm_
 	if (v->flags & SM_F_FIRST) {
 		if (s->dhead || !s->rcount)
 			return BLOCKED;
+		if (!reap_first(c, b))
+			return LATER;
 		give_back_recv(c); /* a SEND the initiator abandoned half way */
 		struct sm_recv r = pop_recv(s);
 		*a = (struct sm_assembly){.active = true, .op = SM_OP_SEND, .total = v->total,
@@ -358,6 +381,8 @@ static int serve_send(struct sm_conn *c, const struct sm_req_view *v, struct sm_
 		defer(c, v);
 		return CONSUMED;
 	}
+	if (!reap_first(c, b))
+		return LATER;
 	uint64_t seq = c->pos++;
 	deliver(c, seq, v, pop_recv(s), b);
 	return CONSUMED;
@@ -398,10 +423,11 @@ void xi_sm_serve(struct sm_conn *c, struct sm_evbuf *b)
 		}
 		flush(s, b);
 		if (v.op == SM_OP_SEND) {
-			if (serve_send(c, &v, b) == BLOCKED) {
+			int r = serve_send(c, &v, b);
+			if (r == BLOCKED)
 				c->blocked = true;
+			if (r != CONSUMED)
 				break;
-			}
 		} else if (v.flags & SM_F_CHUNK) {
 			write_piece(c, &v, b);
 		} else {
