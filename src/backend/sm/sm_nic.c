@@ -212,13 +212,14 @@ static int sm_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 	if (s->armed)
 		disarm(s);
 	/* Sockets carry only setup, wake-ups and deaths: a busy worker looks at
-	 * them about once a millisecond (a sleeping one is woken by them). */
-	if (s->nacks || (++s->polls & 63) == 0) {
-		uint64_t now = xi_sm_now_ns();
-		if (s->nacks || now - s->last_ctl_ns >= SM_CTL_NS) {
-			xi_sm_control(s);
-			s->last_ctl_ns = now;
-		}
+	 * them once a millisecond (a sleeping one is woken by them), and first
+	 * thing after it was kept from running, so that a peer's death is seen
+	 * before the core's liveness scan blames the silence on it. */
+	s->polls++;
+	uint64_t now = xi_sm_now_ns();
+	if (s->nacks || now - s->last_ctl_ns >= SM_CTL_NS) {
+		xi_sm_control(s);
+		s->last_ctl_ns = now;
 	}
 	/* Both sides share the event budget: the one that goes first, in
 	 * turns, gets at most half of it, so that a stream of completions (or
