@@ -3,6 +3,8 @@
  * revoked region), and every per-peer, per-NIC and latency figure must
  * match it exactly. Then the versioned copies, the removed peers' totals,
  * the Prometheus text and an engine with XFER_TELEMETRY=0. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +163,28 @@ static bool has_line(const char *text, const char *line)
 	return false;
 }
 
+/* A reader on its own thread all along (the sanitizers check that reading
+ * races with nothing the worker does, peer removal included). */
+struct reader {
+	xfer_engine_t *e;
+	atomic_bool stop;
+	unsigned long renders;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	static char text[1 << 18];
+	while (!atomic_load(&r->stop)) {
+		CHECK(xfer_stats_prometheus(r->e, text, sizeof(text), NULL) > 0);
+		struct xfer_stats_peer p = {.size = sizeof(p)};
+		int rc = xfer_stats_peer(r->e, 0, &p);
+		CHECK(rc == 0 || rc == -ENOENT);
+		r->renders++;
+	}
+	return NULL;
+}
+
 static void check_disabled(void)
 {
 	setenv("XFER_TELEMETRY", "0", 1);
@@ -216,6 +240,9 @@ int main(void)
 	struct side a = {t_engine(&at)}, b = {t_engine(&at)};
 	connect_pair(&a, &b);
 	CHECK(xfer_engine_nic_count(a.e) >= 1);
+	struct reader rd = {.e = a.e};
+	pthread_t rt;
+	CHECK(pthread_create(&rt, NULL, reader_main, &rd) == 0);
 
 	char *src_buf = calloc(1, LEN_A), *dst_buf = calloc(1, LEN_A);
 	CHECK(src_buf && dst_buf);
@@ -374,6 +401,9 @@ int main(void)
 	/* A new peer in the same slot starts from zero. */
 	connect_pair(&a, &b);
 	CHECK(peer_of(a.e, a.peer).ops == 0 && peer_of(a.e, a.peer).writes == 0);
+	atomic_store(&rd.stop, true);
+	CHECK(pthread_join(rt, NULL) == 0);
+	CHECK(rd.renders > 0);
 
 	xfer_mr_dereg(src);
 	xfer_mr_dereg(dst);
