@@ -224,7 +224,6 @@ int xi_tel_read_peer(const xfer_engine_t *e, uint32_t peer, struct xfer_stats_pe
 		if (state == PEER_FREE)
 			return -ENOENT;
 		o->state = state;
-		o->engine_id = e->peers[peer].engine_id; /* published before the state */
 	}
 	if (!t)
 		return 0;
@@ -236,9 +235,14 @@ int xi_tel_read_peer(const xfer_engine_t *e, uint32_t peer, struct xfer_stats_pe
 		id = ld(&p->engine_id);
 		read_slot(p, o);
 	} while (xi_tel_seq_retry(e, seq));
-	/* Removed while we looked: its figures are in the totals now. */
-	if (peer != XFER_PEER_NONE && id != o->engine_id)
+	if (peer == XFER_PEER_NONE)
+		return 0;
+	/* The slot's own copy of the engine id, not the peer table's plain
+	 * field, which a re-add rewrites while we read. 0: removed while we
+	 * looked, its figures are in the totals now. */
+	if (!id)
 		return -ENOENT;
+	o->engine_id = id;
 	return 0;
 }
 
