@@ -12,6 +12,7 @@ and takes no lock the data path takes.
 from __future__ import annotations
 
 import ctypes
+import errno
 import threading
 from ctypes import byref, c_size_t, c_uint32, sizeof
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -107,7 +108,7 @@ def prometheus_text(h: int) -> str:
         n = _lib.xfer_stats_prometheus(h, buf, cap, byref(need))
         if n >= 0:
             return buf.raw[:n].decode("utf-8", "replace")
-        if n != -28:  # -ENOSPC
+        if n != -errno.ENOSPC:
             check(n, "xfer_stats_prometheus")
         cap = int(need.value) + 4096
 
