@@ -373,13 +373,25 @@ static int copy_op(struct worker *w, const struct op *op, const xfer_rmr_t *r)
 	if (s->kind == SUB_WRITE)
 		return copy_piece(w, base + s->u.write.dst_off, s->u.write.src, s->u.write.src_off, s->u.write.len);
 	const struct xfer_paged_write *pw = &s->u.paged;
+	if (pw->src->gpu >= 0) {
+		/* GPU to GPU: one gather/scatter kernel for every page. */
+		struct xi_gpu_pages pg = {
+			.src_base = (uint64_t)(uintptr_t)pw->src->buf + pw->src_base,
+			.src_stride = pw->src_stride,
+			.dst_base = base + pw->dst_base,
+			.dst_stride = pw->dst_stride,
+			.page_len = pw->page_len,
+			.src_pages = pw->src_pages,
+			.dst_pages = pw->dst_pages,
+			.npages = pw->npages,
+		};
+		return xi_gpu_copy_pages(w->gpu, &pg);
+	}
 	int ret = 0;
 	for (uint32_t i = 0; i < pw->npages && !ret; i++) {
 		uint64_t dst = base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride;
 		uint64_t off = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
-		ret = pw->src->gpu >= 0 ? xi_gpu_copy_add_batched(w->gpu, dst, (uint64_t)(uintptr_t)pw->src->buf + off,
-								  pw->page_len)
-					: copy_piece(w, dst, pw->src, off, pw->page_len);
+		ret = copy_piece(w, dst, pw->src, off, pw->page_len);
 	}
 	return ret;
 }

@@ -8,7 +8,10 @@
  *       GPU and a host region; entries of every length class, len 0 ones
  *       included, first from a GPU source, then from a host source
  *   write-staged | write-ipc  a single and a paged write from a GPU source
- *       into a GPU region
+ *       into a GPU region; through IPC the paged write is one launch of the
+ *       gather/scatter kernel (run on the CPU by the fake driver when its
+ *       event is queried) where the library embeds the kernels, else copies
+ *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.h"
+#include "gpu/fatbin.h"
 #include "helpers.h"
 
 #define NCHILD 3
@@ -25,7 +29,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged;
+static bool staged, no_kernel;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -258,11 +262,17 @@ static int write_source(int n, const int *fds, void *arg)
 	CHECK(t_recv_u64(fd) == 2);
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod > 0);
+	/* The single write is one copy-engine copy; the pages one launch, or
+	 * one copy each without kernels. */
+	bool kernels = !staged && !no_kernel && xi_gpu_fatbin_len > 0;
+	CHECK(fc.launches == (kernels ? 1u : 0u));
+	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
-	printf("write (%s): single and %u pages verified\n", staged ? "staged" : "ipc", PAGES);
+	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
+	       staged ? "staged" : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES, (unsigned long long)fc.launches);
 	return 0;
 }
 
@@ -361,6 +371,9 @@ int main(int argc, char **argv)
 	staged = strstr(mode, "-staged") != NULL;
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
+	no_kernel = !strcmp(mode, "write-engine");
+	if (no_kernel)
+		setenv("XFER_GPU_KERNEL", "0", 1);
 	if (!strcmp(mode, "scatter-cut"))
 		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
