@@ -320,8 +320,15 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		 c->cuMemHostGetDevicePointer(&k->host_dev, k->host, 0) || c->cuMemAlloc(&k->dev, IDX_RING))
 		why = "no memory for page lists";
 	if (why) {
-		if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
-			xinfo("GPU copy kernels off (%s): paged GPU copies use the copy engine", why);
+		/* Asked for, or built so: information; anything else is a fault
+		 * that costs speed. */
+		bool chosen = !xi_gpu_fatbin_len || env_off("XFER_GPU_KERNEL", "0");
+		if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
+			if (chosen)
+				xinfo("GPU copy kernels off (%s): paged GPU copies use the copy engine", why);
+			else
+				xwarn("GPU copy kernels off (%s): paged GPU copies use the copy engine", why);
+		}
 		return NULL;
 	}
 	CUdevice d = dev;
@@ -330,6 +337,7 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		sms = 132;
 	k->sms = (unsigned)sms;
 	k->state = 1;
+	xinfo("GPU copy kernels loaded on device %d (%d SMs)", dev, sms);
 	return k;
 }
 
