@@ -207,6 +207,13 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
 }
 
+int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
+{
+	if (!len)
+		return 0;
+	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
+}
+
 /* Hands the pieces gathered so far to the driver in one call. Copies are
  * idempotent: a refused batch is redone piece by piece. */
 static int flush_batch(struct xi_gpu *g)

@@ -6,8 +6,9 @@
  * completions. It exists only where the CUDA driver loads (xi_gpu_create
  * returns NULL otherwise), and only its worker thread uses it.
  *
- * Staging copies (to and from a region's pinned host mirror) are still
- * synchronous: queue them, then xi_gpu_stage_wait.
+ * Staging copies into a GPU region from its pinned host mirror (at a target)
+ * are still synchronous: queue them, then xi_gpu_stage_wait. A source's
+ * copies into its mirror are tracked copies (xi_gpu_copy_add_dtoh).
  *
  * Paged copies between GPUs run as one kernel launch per call where the
  * embedded kernels (gpu/fatbin.h) load; XFER_GPU_KERNEL=0 turns them off and
@@ -53,6 +54,8 @@ void xi_gpu_ipc_close(uint64_t ptr);
 int xi_gpu_copy_begin(struct xi_gpu *g, int dev);
 /* src_host NULL: device to device from src, else host to device. */
 int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len);
+/* Device to (pinned) host memory: a staging copy the worker does not wait for. */
+int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len);
 /* Device to device, handed to the driver in batches (one call costs about
  * 1.2 us of this thread, which would cap 16 KiB pages near 6 GB/s). */
 int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len);

@@ -425,6 +425,9 @@ static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t len, CUstream s)
 static CUresult f_stream_sync(CUstream s)
 {
 	struct stream *st = (struct stream *)s;
+	pthread_mutex_lock(&lock);
+	counts.syncs++;
+	pthread_mutex_unlock(&lock);
 	for (; st->done < st->n; st->done++)
 		run_copy(&st->q[st->done]);
 	return 0;

@@ -12,6 +12,8 @@
  *       gather/scatter kernel (run on the CPU by the fake driver when its
  *       event is queried) where the library embeds the kernels, else copies
  *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
+ *   (in every write mode the source's worker never calls cuStreamSynchronize:
+ *   its staging copies complete as polled events)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -267,6 +269,9 @@ static int write_source(int n, const int *fds, void *arg)
 	bool kernels = !staged && !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(fc.launches == (kernels ? 1u : 0u));
 	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
+	/* The source's staging copies are events the worker polls: it never
+	 * waited for a stream. */
+	CHECK(fc.syncs == 0);
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
