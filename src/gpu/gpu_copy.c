@@ -387,8 +387,9 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 	if (!p->npages || !p->page_len)
 		return 0;
 	struct gpu_kernels *k = kernels_of(g, g->dev);
-	if (!k)
-		return pages_by_engine(g, p);
+	uint64_t items = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK * p->npages;
+	if (!k || items >> 31)
+		return pages_by_engine(g, p); /* the kernel counts items in 32 bits, with room for its stride */
 	if (mapped < 0)
 		mapped = env_off("XFER_GPU_INDEX", "mapped");
 	uint64_t list = ((uint64_t)p->npages * sizeof(uint32_t) + 15) & ~(uint64_t)15, off = 0;
@@ -420,11 +421,10 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 		.npages = p->npages,
 		.aligned = ((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0,
 	};
-	uint64_t items = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK * p->npages;
 	uint64_t warps_per_cta = XI_PAGES_THREADS / 32, ctas = (items + warps_per_cta - 1) / warps_per_cta;
-	/* Enough CTAs to fill every SM (2048 threads each), no more: the rest
-	 * is the kernel's grid-stride loop. */
-	uint64_t most = (uint64_t)k->sms * (2048 / XI_PAGES_THREADS);
+	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
+	 * grid-stride loop. */
+	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
 	void *params[] = {&a};
 	if (g->c->cuLaunchKernel(k->fn, (unsigned)(ctas < most ? ctas : most), 1, 1, XI_PAGES_THREADS, 1, 1, 0,
 				 g->stream[g->dev], params, NULL))

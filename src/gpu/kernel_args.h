@@ -13,6 +13,10 @@
  * reads in flight. */
 #define XI_PAGES_CHUNK 4096u
 #define XI_PAGES_THREADS 512u
+/* CTAs resident per SM: the launch bounds cap registers so that two fit
+ * (32 warps, each with 4 KiB of loads in flight, per SM); the grid is
+ * this many per SM, the rest is the kernel's grid-stride loop. */
+#define XI_PAGES_CTAS_PER_SM 2u
 
 struct xi_pages_args {
 	uint64_t src_base, src_stride; /* page p of the source: src_base + p * src_stride */

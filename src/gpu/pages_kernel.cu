@@ -14,23 +14,26 @@
 
 #define VEC_PER_LANE (XI_PAGES_CHUNK / 32u / 16u)
 
-extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS) xi_pages_copy(struct xi_pages_args a)
+extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER_SM) xi_pages_copy(struct xi_pages_args a)
 {
 	const uint32_t lane = threadIdx.x & 31u;
-	const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-	const uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-	const uint64_t per_page = (a.page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK;
-	const uint64_t items = per_page * a.npages;
+	const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	const uint32_t nwarps = (gridDim.x * blockDim.x) >> 5;
+	/* 32-bit item arithmetic: the launcher keeps items below 2^31, so that
+	 * it + nwarps cannot wrap. */
+	const uint32_t per_page = (uint32_t)((a.page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK);
+	const uint32_t items = per_page * a.npages;
 	const uint32_t *sp = (const uint32_t *)a.src_pages, *dp = (const uint32_t *)a.dst_pages;
-	for (uint64_t it = warp; it < items; it += nwarps) {
-		const uint64_t page = it / per_page, off = (it - page * per_page) * XI_PAGES_CHUNK;
-		const uint64_t n = a.page_len - off < XI_PAGES_CHUNK ? a.page_len - off : XI_PAGES_CHUNK;
+	for (uint32_t it = warp; it < items; it += nwarps) {
+		const uint32_t page = it / per_page;
+		const uint64_t off = (uint64_t)(it - page * per_page) * XI_PAGES_CHUNK;
+		const uint32_t n = (uint32_t)(a.page_len - off < XI_PAGES_CHUNK ? a.page_len - off : XI_PAGES_CHUNK);
 		const uint8_t *s = (const uint8_t *)(a.src_base + (uint64_t)__ldg(sp + page) * a.src_stride) + off;
 		uint8_t *d = (uint8_t *)(a.dst_base + (uint64_t)__ldg(dp + page) * a.dst_stride) + off;
 		if (a.aligned) {
 			const uint4 *s4 = (const uint4 *)s;
 			uint4 *d4 = (uint4 *)d;
-			const uint32_t nv = (uint32_t)(n / 16u);
+			const uint32_t nv = n / 16u;
 			uint4 v[VEC_PER_LANE];
 #pragma unroll
 			for (uint32_t k = 0; k < VEC_PER_LANE; k++) {
