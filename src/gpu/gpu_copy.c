@@ -63,8 +63,15 @@ struct xi_gpu {
 	/* Page-list bytes reserved by the copy being built: returned if it is
 	 * abandoned, handed to its ring entry at end. */
 	uint32_t pend_idx;
+	bool index_mapped; /* XFER_GPU_INDEX=mapped, read at creation */
 	struct gpu_kernels k[XI_GPU_DEVS];
 };
+
+static bool env_is(const char *name, const char *value)
+{
+	const char *v = getenv(name);
+	return v && !strcmp(v, value);
+}
 
 struct xi_gpu *xi_gpu_create(void)
 {
@@ -77,6 +84,7 @@ struct xi_gpu *xi_gpu_create(void)
 	g->c = c;
 	g->cur_dev = -1;
 	g->dev = -1;
+	g->index_mapped = env_is("XFER_GPU_INDEX", "mapped");
 	return g;
 }
 
@@ -295,12 +303,6 @@ void xi_gpu_forget(struct xi_gpu *g)
 
 /* ---------------------------------------------------------- paged kernels */
 
-static bool env_off(const char *name, const char *off)
-{
-	const char *v = getenv(name);
-	return v && !strcmp(v, off);
-}
-
 /* Loads the kernels into dev's context (current: stream_of ran) once. */
 static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 {
@@ -312,7 +314,7 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 	k->state = -1;
 	const char *why = NULL;
 	int sms = 0;
-	if (env_off("XFER_GPU_KERNEL", "0"))
+	if (env_is("XFER_GPU_KERNEL", "0"))
 		why = "XFER_GPU_KERNEL=0";
 	else if (!xi_gpu_fatbin_len)
 		why = "built without nvcc";
@@ -329,7 +331,7 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 	if (why) {
 		/* Asked for, or built so: information; anything else is a fault
 		 * that costs speed. */
-		bool chosen = !xi_gpu_fatbin_len || env_off("XFER_GPU_KERNEL", "0");
+		bool chosen = !xi_gpu_fatbin_len || env_is("XFER_GPU_KERNEL", "0");
 		if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
 			if (chosen)
 				xinfo("GPU copy kernels off (%s): paged GPU copies use the copy engine", why);
@@ -383,15 +385,12 @@ static int pages_by_engine(struct xi_gpu *g, const struct xi_gpu_pages *p)
 
 int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 {
-	static int mapped = -1;
 	if (!p->npages || !p->page_len)
 		return 0;
 	struct gpu_kernels *k = kernels_of(g, g->dev);
 	uint64_t items = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK * p->npages;
 	if (!k || items >> 31)
 		return pages_by_engine(g, p); /* the kernel counts items in 32 bits, with room for its stride */
-	if (mapped < 0)
-		mapped = env_off("XFER_GPU_INDEX", "mapped");
 	uint64_t list = ((uint64_t)p->npages * sizeof(uint32_t) + 15) & ~(uint64_t)15, off = 0;
 	int ret = idx_reserve(k, 2 * list, &off, &g->pend_idx);
 	if (ret == 1 || (ret == -EAGAIN && !g->count))
@@ -405,7 +404,7 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 	ret = flush_batch(g);
 	if (ret)
 		return ret;
-	if (!mapped) {
+	if (!g->index_mapped) {
 		if (g->c->cuMemcpyHtoDAsync(k->dev + off, k->host + off, 2 * list, g->stream[g->dev]))
 			return -EIO;
 		lists = k->dev + off;
