@@ -11,9 +11,10 @@
  * copies into its mirror are tracked copies (xi_gpu_copy_add_dtoh).
  *
  * Paged copies between GPUs run as one kernel launch per call where the
- * embedded kernels (gpu/fatbin.h) load; XFER_GPU_KERNEL=0 turns them off and
- * XFER_GPU_INDEX=mapped makes the kernel read the page lists from pinned
- * host memory instead of a device copy of them. */
+ * embedded kernels (gpu/fatbin.h) load; XFER_GPU_KERNEL=0 turns them off.
+ * The kernel reads its page lists from pinned host memory below 512 MiB per
+ * call and from a device copy of them above (XFER_GPU_INDEX=mapped|device
+ * forces one). */
 #ifndef XFER_GPU_COPY_H
 #define XFER_GPU_COPY_H
 

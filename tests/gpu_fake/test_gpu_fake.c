@@ -12,8 +12,8 @@
  *       gather/scatter kernel (run on the CPU by the fake driver when its
  *       event is queried) where the library embeds the kernels, else copies
  *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
- *   write-mapped  write-ipc with XFER_GPU_INDEX=mapped (page lists read in
- *       place by the kernel)
+ *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
+ *       device memory first; write-ipc reads them in place)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
  *   (in every write mode the source's worker never calls cuStreamSynchronize:
@@ -474,8 +474,8 @@ int main(int argc, char **argv)
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
 	no_kernel = !strcmp(mode, "write-engine");
-	if (!strcmp(mode, "write-mapped"))
-		setenv("XFER_GPU_INDEX", "mapped", 1);
+	if (!strcmp(mode, "write-device"))
+		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
 		setenv("XFER_GPU_KERNEL", "0", 1);
 	if (!strcmp(mode, "scatter-cut"))
