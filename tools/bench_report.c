@@ -118,6 +118,8 @@ static void print_json(const struct report *r, const struct row *w, FILE *f)
 		json_str(f, "baseline", bench_impl_name[w->impl]);
 	json_num(f, "ratio", w->ratio);
 	fprintf(f, ",\"rounds\":%u", w->rounds);
+	fprintf(f, ",\"busy_poll\":%s,\"cpu_pin\":%s", r->busy_poll ? "true" : "false",
+		r->o->cpu_pin ? "true" : "false");
 	json_num(f, "spread", w->spread);
 	fprintf(f, ",\"verified\":%s", w->verified < 0 ? "null" : w->verified ? "true" : "false");
 	if (w->has_ov) {

@@ -20,9 +20,10 @@
 struct xside {
 	xfer_engine_t *e;
 	xfer_peer_t peer;
+	bool busy_poll;
 };
 
-int xside_open(struct xside **out, const char *provider, const char *nics)
+int xside_open(struct xside **out, const char *provider, const char *nics, int worker_cpu, int busy_poll)
 {
 	struct xside *x = calloc(1, sizeof(*x));
 	if (!x)
@@ -31,6 +32,11 @@ int xside_open(struct xside **out, const char *provider, const char *nics)
 	xfer_attr_init(&a);
 	a.provider = provider;
 	a.nics = nics;
+	if (worker_cpu >= 0)
+		a.worker_cpu = worker_cpu;
+	if (busy_poll >= 0)
+		a.busy_poll = (uint32_t)busy_poll;
+	x->busy_poll = a.busy_poll != 0;
 	int ret = xfer_engine_create(&a, &x->e);
 	if (ret) {
 		free(x);
@@ -55,6 +61,11 @@ int xside_connect(struct xside *x, struct ctl *ctl)
 	if (!ret)
 		ret = xfer_peer_add(x->e, addr, len, &x->peer);
 	return ret;
+}
+
+bool xside_busy_poll(const struct xside *x)
+{
+	return x->busy_poll;
 }
 
 const char *xside_provider(const struct xside *x)

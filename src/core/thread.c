@@ -136,6 +136,11 @@ static void *worker_main_impl(struct worker_start *st)
 			w->doze_ns = 20000;
 			continue;
 		}
+		if (e->attr.busy_poll) {
+			/* Busy-poll mode: this core is the engine's; never give it away. */
+			xi_cpu_relax();
+			continue;
+		}
 		if (now - idle_since < spin_ns) {
 			/* On few cores the thread with new work may be waiting for ours:
 			 * give the CPU away while spinning (idle path only). */
