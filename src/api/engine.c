@@ -27,6 +27,8 @@ static int validate_attr(const struct xfer_attr *a)
 		return -EINVAL;
 	if (!a->imm_slots || a->imm_slots > (1u << 22) || !a->max_regions)
 		return -EINVAL;
+	if (a->busy_poll > 1) /* room for modes later */
+		return -EINVAL;
 	return 0;
 }
 
