@@ -13,6 +13,7 @@
 #       1K/4K/64K x 10,000 pages, imm and send 1K ping-pongs; 0.75 s per row
 #       and side in 5 rounds (JSON in *.json, table and trace in *.log)
 #   table   scripts/host-table.py: the issue's ratios side by side (table.txt)
+# OUT_DIR ends up with table.txt and host-logs.tgz (every log and JSON).
 #   ab-tcp, ab-shm   scripts/bench-ab.sh OLD_BUILD BUILD on the same rows:
 #       old (before the restructure) against this build, default mode,
 #       unpinned; on shm the old build's shm (libfabric's) against ofi-shm
@@ -24,7 +25,18 @@ out=${1:?usage: scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD]]}
 build=$(cd "${2:-build}" && pwd) || exit 1
 old=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
+# Few files come back from the device: OUT_DIR gets table.txt and one
+# archive, host-logs.tgz, of every step's log and JSON (also when stopped).
+final=$out
+mkdir -p "$final"
+final=$(cd "$final" && pwd)
+out=$final/host-logs
 mkdir -p "$out"
+pack() {
+	cp "$out/table.txt" "$final/table.txt" 2>/dev/null
+	tar czf "$final/host-logs.tgz" -C "$final" host-logs && rm -rf "$out"
+}
+trap pack EXIT
 chmod +x "$build"/bin/* 2>/dev/null
 export LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 secs=${XFER_HOST_SECONDS:-0.75} rounds=${XFER_HOST_ROUNDS:-5}
