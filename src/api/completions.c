@@ -55,7 +55,10 @@ static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waite
 		if (now >= end)
 			return -ETIMEDOUT;
 		if (now - start < WAIT_SPIN_NS) {
-			sched_yield(); /* let the worker run on small machines */
+			if (xi_spin_yields())
+				sched_yield(); /* let the worker run on small machines */
+			else
+				xi_cpu_relax();
 			continue;
 		}
 		unsigned s = atomic_load(seq);
