@@ -4,13 +4,13 @@
 # machine, and per row the two medians, their ratio and each side's round
 # spread ((max - min) / median). A ratio inside the larger spread is noise.
 #
-#   scripts/bench-ab.sh OLD_BUILD NEW_BUILD [provider]
+#   scripts/bench-ab.sh OLD_BUILD NEW_BUILD [provider | old_provider:new_provider]
+#
+# The second form compares across a rename, e.g. shm:ofi-shm (libfabric's shm
+# was "shm" before xfer had its own same-host backend).
 #
 # Environment: XFER_AB_ROUNDS (default 3, at least 3), XFER_AB_SECONDS per
-# row and round (default 0.5), XFER_AB_OLD_PROVIDER the old build's name
-# for the same provider (default: provider; e.g. shm for a build from before
-# xfer's own shm backend, whose shm was libfabric's, against ofi-shm),
-# XFER_AB_ARGS the rows (default below), e.g.
+# row and round (default 0.5), XFER_AB_ARGS the rows (default below), e.g.
 #   XFER_AB_ARGS="--op single --size 4K,1M" scripts/bench-ab.sh build-old build shm
 set -euo pipefail
 if [ $# -lt 2 ]; then
@@ -18,7 +18,7 @@ if [ $# -lt 2 ]; then
 	exit 2
 fi
 old=$1/bin/xfer-bench new=$2/bin/xfer-bench provider=${3:-tcp}
-old_provider=${XFER_AB_OLD_PROVIDER:-$provider}
+old_provider=${provider%%:*} new_provider=${provider#*:}
 rounds=${XFER_AB_ROUNDS:-3} seconds=${XFER_AB_SECONDS:-0.5}
 rows=${XFER_AB_ARGS:---op single,paged,imm,send --size 64,4K,64K,1M,16M --page-size 4K,64K --pages 100,10000}
 [ "$rounds" -ge 3 ] || { echo "$0: XFER_AB_ROUNDS must be at least 3" >&2; exit 2; }
@@ -28,13 +28,13 @@ done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 read -r load _ < /proc/loadavg
-echo "bench-ab: $provider (old build: $old_provider), $rounds rounds of $seconds s per row and build, $(nproc) CPUs, load $load"
+echo "bench-ab: $provider, $rounds rounds of $seconds s per row and build, $(nproc) CPUs, load $load"
 for r in $(seq 1 "$rounds"); do
 	for side in old new; do
 		bin=$old prov=$old_provider
-		[ $side = new ] && bin=$new prov=$provider
-		# Each side with its own libxfer (the binaries' RUNPATH is where they
-		# were built, which a copied build does not have).
+		[ $side = new ] && bin=$new prov=$new_provider
+		# Each side with its own libxfer: a copied build lacks the directory
+		# its binaries' RUNPATH names.
 		# shellcheck disable=SC2086
 		LD_LIBRARY_PATH="$(dirname "$(dirname "$bin")")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 		"$bin" --provider "$prov" --baseline none --seconds "$seconds" --rounds 1 --no-trace \

@@ -3,8 +3,10 @@
 # Builds nothing: BUILD and OLD_BUILD are carried folders, each holding
 # bin/xfer-bench and libxfer.so.0 (scripts/host-carry.sh makes them).
 #
-#   scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD]]
-#     BUILD default build, OLD_BUILD default none (the A/B is skipped)
+#   scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]
+#     BUILD default build; OLD_BUILD default none (the A/B is skipped);
+#     AB_BUILD the A/B's new side (default BUILD), e.g. main right after the
+#     restructure, so that the A/B is about the restructure alone
 #
 # Steps, most important first, each with its own timeout (about 3.5 min):
 #   {shm,tcp}-busy, {shm,tcp}-default, ab-*, ofi-shm-{busy,default}:
@@ -14,16 +16,18 @@
 #       and side in 5 rounds (JSON in *.json, table and trace in *.log)
 #   table   scripts/host-table.py: the issue's ratios side by side (table.txt)
 # OUT_DIR ends up with table.txt and host-logs.tgz (every log and JSON).
-#   ab-tcp, ab-shm   scripts/bench-ab.sh OLD_BUILD BUILD on the same rows:
-#       old (before the restructure) against this build, default mode,
-#       unpinned; on shm the old build's shm (libfabric's) against ofi-shm
+#   ab-tcp, ab-shm   scripts/bench-ab.sh OLD_BUILD AB_BUILD on the same
+#       rows: old (before the restructure) against the new side, default
+#       mode, unpinned; on shm the old build's shm (libfabric's) against
+#       ofi-shm
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.75 and 5; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 230) and
 # cuts each step's timeout to what is left of it.
 set -uo pipefail
-out=${1:?usage: scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD]]}
+out=${1:?usage: scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]}
 build=$(cd "${2:-build}" && pwd) || exit 1
 old=${3:-}
+abnew=$(cd "${4:-$build}" && pwd) || exit 1
 here=$(cd "$(dirname "$0")" && pwd)
 # Few files come back from the device: OUT_DIR gets table.txt and one
 # archive, host-logs.tgz, of every step's log and JSON (also when stopped).
@@ -75,9 +79,9 @@ bench() { # provider, busy|default
 	labels+=("$prov/$mode=$out/$prov-$mode.json")
 }
 ab() { # name, provider, old build's provider
-	step "$1" 50 env XFER_AB_ROUNDS=3 XFER_AB_SECONDS=0.3 XFER_AB_OLD_PROVIDER="$3" \
+	step "$1" 50 env XFER_AB_ROUNDS=3 XFER_AB_SECONDS=0.3 \
 		XFER_AB_ARGS="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 4K,64K --pages 10000" \
-		bash "$here/bench-ab.sh" "$old" "$build" "$2"
+		bash "$here/bench-ab.sh" "$old" "$abnew" "$3:$2"
 }
 # The judged figures first (busy-poll), then the default mode beside them,
 # then the restructure's A/B, then the engine's overhead on libfabric's shm.
@@ -87,7 +91,7 @@ bench shm default
 bench tcp default
 if [ -n "$old" ]; then
 	old=$(cd "$old" && pwd)
-	chmod +x "$old"/bin/* 2>/dev/null
+	chmod +x "$old"/bin/* "$abnew"/bin/* 2>/dev/null
 	ab ab-tcp tcp tcp
 	ab ab-shm ofi-shm shm
 fi

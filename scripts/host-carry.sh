@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Copies what scripts/device-host.sh needs from builds made here into one
-# small folder to carry to the GPU machine (about 3 MB): DEST/new and, when
-# OLD_BUILD is given, DEST/old, each with bin/xfer-bench and libxfer.so.0
+# small folder to carry to the GPU machine (about 4 MB): DEST/new and, when
+# given, DEST/old and DEST/main, each with bin/xfer-bench and libxfer.so.0
 # (a plain file: links to outside the folder would not travel).
 #
-#   scripts/host-carry.sh DEST [BUILD [OLD_BUILD]]    (BUILD default build)
+#   scripts/host-carry.sh DEST [BUILD [OLD_BUILD [MAIN_BUILD]]]   (BUILD default build)
 set -euo pipefail
 dest=${1:?usage: scripts/host-carry.sh DEST [BUILD [OLD_BUILD]]}
 copy() { # build, side
@@ -15,4 +15,5 @@ copy() { # build, side
 rm -rf "$dest"
 copy "${2:-build}" new
 [ -n "${3:-}" ] && copy "$3" old
+[ -n "${4:-}" ] && copy "$4" main
 du -sh "$dest"
