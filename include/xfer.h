@@ -427,7 +427,10 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 
 /* Host-proxy overhead tracing (benchmarks): when enabled, each operation
  * leaves one record with CLOCK_MONOTONIC timestamps in ns. Records that do
- * not fit in the trace ring (65,536) are dropped, never waited for. */
+ * not fit in the trace ring (65,536) are dropped, never waited for.
+ * xfer_engine_trace's enable: 0 off, 1 every operation, N > 1 one
+ * operation in N (counted per submitting thread), so that a benchmark of
+ * small operations does not pay the clock reads on all of them. */
 struct xfer_trace {
 	uint64_t user_data;
 	uint32_t kind;

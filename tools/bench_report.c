@@ -251,7 +251,8 @@ static void print_overhead(struct report *r)
 	if (!any)
 		return;
 	fprintf(r->tab, "\nhost-proxy overhead of xfer calls, from the engine's trace "
-			"(us: p50 / p90 / p99 / p99.9)\n");
+			"(us: p50 / p90 / p99 / p99.9; one call in 17 traced on single writes\n"
+			"under 256 KiB and ping-pongs, every call otherwise)\n");
 	fprintf(r->tab, "%-7s %9s %6s", "op", "#bytes", "#pages");
 	for (int k = 0; k < OV_COUNT; k++)
 		fprintf(r->tab, "  %-27s", ov_name[k]);

@@ -193,7 +193,7 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 
 void xfer_engine_trace(xfer_engine_t *e, int enable)
 {
-	atomic_store(&e->tracing, enable != 0);
+	atomic_store(&e->trace_every, enable > 0 ? (unsigned)enable : 0u);
 }
 
 int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)

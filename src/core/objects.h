@@ -169,7 +169,7 @@ struct xfer_engine {
 	uint64_t host_id;
 	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
 	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
-	atomic_bool tracing;
+	atomic_uint trace_every; /* xfer_engine_trace: 0 off, else one call in N */
 	pthread_t thread;
 	bool thread_started;
 
