@@ -8,20 +8,22 @@
 #     AB_BUILD the A/B's new side (default BUILD), e.g. main right after the
 #     restructure, so that the A/B is about the restructure alone
 #
-# Steps, most important first, each with its own timeout (about 3.5 min):
-#   {shm,tcp}-busy, {shm,tcp}-default, ab-*, ofi-shm-{busy,default}:
+# Steps, most important first, each with its own timeout (about 2 min
+# without OLD_BUILD; on the 16-core H200 host a step took 34-45 s at
+# 0.75 s x 5 rounds, ~20 s at the default 0.4 s x 3):
+#   {shm,tcp}-busy, {shm,tcp}-default, ofi-shm-busy, ab-*, ofi-shm-default:
 #       xfer-bench --baseline raw --cpu-pin on
 #       --busy-poll on|off: single 1K/64K/1M/16M (64 in flight), paged
-#       1K/4K/64K x 10,000 pages, imm and send 1K ping-pongs; 0.75 s per row
-#       and side in 5 rounds (JSON in *.json, table and trace in *.log)
+#       1K/4K/64K x 10,000 pages, imm and send 1K ping-pongs; 0.4 s per row
+#       and side in 3 rounds (JSON in *.json, table and trace in *.log)
 #   table   scripts/host-table.py: the issue's ratios side by side (table.txt)
 # OUT_DIR ends up with table.txt and host-logs.tgz (every log and JSON).
 #   ab-tcp, ab-shm   scripts/bench-ab.sh OLD_BUILD AB_BUILD on the same
 #       rows: old (before the restructure) against the new side, default
 #       mode, unpinned; on shm the old build's shm (libfabric's) against
 #       ofi-shm
-# XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.75 and 5; the whole
-# script stops starting steps after XFER_HOST_BUDGET_S (default 230) and
+# XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
+# script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
 # cuts each step's timeout to what is left of it.
 set -uo pipefail
 out=${1:?usage: scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]}
@@ -43,9 +45,9 @@ pack() {
 trap pack EXIT
 chmod +x "$build"/bin/* 2>/dev/null
 export LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-secs=${XFER_HOST_SECONDS:-0.75} rounds=${XFER_HOST_ROUNDS:-5}
+secs=${XFER_HOST_SECONDS:-0.4} rounds=${XFER_HOST_ROUNDS:-3}
 rows="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 1K,4K,64K --pages 10000"
-budget=${XFER_HOST_BUDGET_S:-230}
+budget=${XFER_HOST_BUDGET_S:-120}
 fails=0
 step() { # name, seconds, command...
 	local name=$1 limit=$2
@@ -74,7 +76,7 @@ labels=()
 bench() { # provider, busy|default
 	local prov=$1 mode=$2 bp=on
 	[ "$mode" = default ] && bp=off
-	step "$prov-$mode" 60 sh -c "\"$build/bin/xfer-bench\" --provider $prov --baseline raw --cpu-pin on \
+	step "$prov-$mode" 40 sh -c "\"$build/bin/xfer-bench\" --provider $prov --baseline raw --cpu-pin on \
 		--busy-poll $bp --seconds $secs --rounds $rounds --verbose $rows --json >\"$out/$prov-$mode.json\""
 	labels+=("$prov/$mode=$out/$prov-$mode.json")
 }
@@ -89,13 +91,13 @@ bench shm busy
 bench tcp busy
 bench shm default
 bench tcp default
+bench ofi-shm busy
 if [ -n "$old" ]; then
 	old=$(cd "$old" && pwd)
 	chmod +x "$old"/bin/* "$abnew"/bin/* 2>/dev/null
 	ab ab-tcp tcp tcp
 	ab ab-shm ofi-shm shm
 fi
-bench ofi-shm busy
 bench ofi-shm default
 # Cheap and the point of the run: outside the budget.
 python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
