@@ -122,7 +122,7 @@ static int submit(xfer_engine_t *e, struct sub *s)
 	xi_sub_ref(e, s);
 	bool ok = xi_mpmc_push(&e->subq, s);
 	if (!ok)
-		xi_sub_unref(e, s);
+		xi_sub_unref_refused(e, s);
 	atomic_fetch_sub(&e->submitters, 1);
 	if (!ok) {
 		xi_engine_kick(e);
