@@ -90,6 +90,11 @@ struct xfer_attr {
 	uint32_t imm_slots;    /* distinct immediate values tracked at once */
 	uint32_t max_regions;  /* registered regions at once (-ENOSPC past it) */
 	uint32_t spin_us;      /* worker busy-polls this long before sleeping (XFER_SPIN_FOREVER: never sleeps) */
+	/* 1: busy-poll completion mode. The worker never sleeps or yields, and
+	 * xfer_cq_wait / xfer_recv_wait spin on the queue until their deadline
+	 * instead of sleeping on a futex: two cores kept busy per engine for the
+	 * shortest hand-off. 0 (default): spin briefly, then sleep. */
+	uint32_t busy_poll;
 	uint64_t timeout_ms;   /* default deadline of waits and operations */
 	int log_level;         /* enum xfer_log_level; process-wide, set at creation */
 	xfer_recv_fn on_recv;  /* optional: receive by callback instead of xfer_recv */
@@ -434,7 +439,10 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 
 /* Host-proxy overhead tracing (benchmarks): when enabled, each operation
  * leaves one record with CLOCK_MONOTONIC timestamps in ns. Records that do
- * not fit in the trace ring (65,536) are dropped, never waited for. */
+ * not fit in the trace ring (65,536) are dropped, never waited for.
+ * xfer_engine_trace's enable: 0 off, 1 every operation, N > 1 one
+ * operation in N (counted per submitting thread), so that a benchmark of
+ * small operations does not pay the clock reads on all of them. */
 struct xfer_trace {
 	uint64_t user_data;
 	uint32_t kind;
