@@ -377,14 +377,17 @@ static void print_telemetry(struct report *r)
 		pairs++;
 		double ratio = on->mops / off->mops, p50 = on->p50_us / off->p50_us;
 		double noise = fmax(isnan(on->spread) ? 0 : on->spread, isnan(off->spread) ? 0 : off->spread);
-		bool beyond = ratio < 1 - noise;
+		/* One round has no spread: no noise to judge against. */
+		bool judged = on->rounds > 1 && off->rounds > 1;
+		bool beyond = judged && ratio < 1 - noise;
 		slower += beyond;
 		char pages[16] = "";
 		if (on->op == OP_PAGED)
 			snprintf(pages, sizeof(pages), " x %u", on->pages);
 		fprintf(r->tab, "  %-6s %9llu B%-8s rate %.3f  p50 %.3f  noise %.0f%%  %s\n", bench_op_name[on->op],
 			(unsigned long long)on->bytes, pages, ratio, p50, noise * 100,
-			beyond ? "SLOWER beyond noise" : "within noise");
+			!judged ? "not judged (one round: use --rounds 3 or more)"
+			: beyond ? "SLOWER beyond noise" : "within noise");
 	}
 	fprintf(r->tab, "  %d of %d rows slower with telemetry beyond noise\n", slower, pairs);
 }
