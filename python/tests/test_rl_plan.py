@@ -214,6 +214,57 @@ def test_pool_never_hands_out_overlapping_bytes():
         p.alloc(1 << 17)
 
 
+def _fp8_reference(torch, x):
+    """FP8 values and scales of x, one 128 x 128 block at a time, plain ops on the CPU."""
+    rq = torch.empty(x.shape, dtype=torch.float8_e4m3fn)
+    rs = torch.empty(-(-x.shape[0] // 128), -(-x.shape[1] // 128))
+    for i in range(0, x.shape[0], 128):
+        for j in range(0, x.shape[1], 128):
+            b = x[i:i + 128, j:j + 128].float()
+            amax = b.abs().max()
+            sc = amax / 448.0 if amax > 0 else torch.tensor(1.0)
+            rs[i // 128, j // 128] = sc
+            rq[i:i + 128, j:j + 128] = (b / sc).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return rq, rs
+
+
+def test_fp8_is_device_independent():
+    """On CUDA, PyTorch computes ``t / c`` with a host scalar ``c`` as
+    ``t * (1 / c)`` (BinaryDivTrueKernel.cu), one ulp off the division for
+    some values: the first GPU run's FP8 scales differed from the CPU
+    reference. Here every division by a Python number or a 0-dim tensor is
+    done that way (a dispatch mode); quantize must still match the reference,
+    and the mode must break the formula the GPU run used (so that the test
+    can fail)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed: FP8 quantization tests skipped")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from xfer.rl import fp8
+
+    if fp8.available():
+        pytest.skip(fp8.available())
+
+    class CudaScalarDivision(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten.div.Tensor and (
+                    isinstance(args[1], (int, float)) or (isinstance(args[1], torch.Tensor) and args[1].dim() == 0)):
+                b = float(args[1])
+                inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(b, dtype=torch.float32)
+                return torch.ops.aten.mul.Tensor(args[0], inv)
+            return func(*args, **kwargs)
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(1024, 1024, generator=g) * torch.logspace(-3, 1, 1024).view(-1, 1)).to(torch.bfloat16)
+    rq, rs = _fp8_reference(torch, x)
+    with CudaScalarDivision():
+        q, s = fp8.quantize(x)
+        amax = x.float().view(8, 128, 8, 128).abs().amax(dim=(1, 3))
+        old = torch.where(amax > 0, amax / fp8.FP8_MAX, torch.ones_like(amax))  # the formula of the first GPU run
+    assert torch.equal(s, rs) and torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+    assert not torch.equal(old, rs), "the emulated CUDA division did not change the old formula's scales"
+
+
 def test_fp8_matches_block_by_block_reference():
     torch = pytest.importorskip("torch", reason="torch is not installed: FP8 quantization tests skipped")
     from xfer.rl import fp8
@@ -223,17 +274,10 @@ def test_fp8_matches_block_by_block_reference():
     g = torch.Generator().manual_seed(3)
     for shape in ((128, 128), (320, 384), (7, 1000), (384, 192)):
         x = (torch.randn(*shape, generator=g) * torch.logspace(-4, 2, shape[0]).view(-1, 1)).to(torch.bfloat16)
-        x[:64, :64] = 0  # an all-zero block when the shape allows one
+        x[:128, :128] = 0  # an all-zero first block (scale 1)
+        x[-1, -1] = 1e-3 if shape != (128, 128) else 0
         q, s = fp8.quantize(x)
-        rq = torch.empty_like(q)
-        rs = torch.empty_like(s)
-        for i in range(0, shape[0], 128):  # the reference: one block at a time, plain ops
-            for j in range(0, shape[1], 128):
-                b = x[i:i + 128, j:j + 128].float()
-                amax = b.abs().max()
-                sc = amax / 448.0 if amax > 0 else torch.tensor(1.0)
-                rs[i // 128, j // 128] = sc
-                rq[i:i + 128, j:j + 128] = (b / sc).clamp(-448, 448).to(torch.float8_e4m3fn)
+        rq, rs = _fp8_reference(torch, x)
         assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)), shape
         assert torch.equal(s, rs), shape
         err = (fp8.dequantize(q, s) - x.float()).abs()
