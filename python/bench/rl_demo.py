@@ -361,9 +361,8 @@ class Demo:
         t1 = time.monotonic()
         self.schedule = plan.build(shards, targets, region_bytes=[i["nbytes"] for i in infos], mode=mode)
         self.plan_seconds = time.monotonic() - t1
-        blob = self.schedule.to_bytes()
-        for c in self.tconns:
-            c.send_bytes(blob)
+        for r, c in enumerate(self.tconns):  # each trainer gets its slice, not the whole schedule
+            c.send_bytes(self.schedule.for_trainer(r).to_bytes())
         self.taddrs = [self._bytes(c) for c in self.tconns]
         self.endpoints = [[i["address"], i["descriptors"]] for i in infos]
         # Inference ranks add the trainers first: a peer answers heartbeats
@@ -433,11 +432,10 @@ class Demo:
         targets = [layout.Target.from_json(x) for x in info["targets"]]
         patched, changed = self.schedule.retarget(j, targets, info["nbytes"])
         self.schedule = patched
-        blob = patched.to_bytes()
-        for c in self.tconns:
+        for r, c in enumerate(self.tconns):
             _send(c, op="replace", rank=j)
             c.send_bytes(json.dumps([info["address"], info["descriptors"]]).encode())
-            c.send_bytes(blob)
+            c.send_bytes(patched.for_trainer(r).to_bytes())
         for c in self.tconns:
             assert _recv(c)["ok"]
         self._hello(j, first_step)

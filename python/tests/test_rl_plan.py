@@ -100,6 +100,40 @@ def test_wire_form_round_trips_and_refuses_damage():
             Schedule.from_bytes(x)
 
 
+@pytest.mark.parametrize("mode", plan.MODES)
+def test_a_trainers_slice_runs_the_same_tasks(mode):
+    """for_trainer(r): the same program and gathers for r (contents
+    renumbered, the same pieces), every mesh, nothing of other trainers, no
+    targets; it parses as untrusted bytes, refuses what a slice cannot do,
+    and a slice claiming tasks of another trainer is refused."""
+    _, _, _, s = _small(trainers=4, node=2, mode=mode)
+    for r in range(s.trainers):
+        sl = Schedule.from_bytes(s.for_trainer(r).to_bytes())
+        assert sl.sliced_for == r and sl.meshes == s.meshes and sl.epoch == s.epoch
+        assert sl.region_bytes == s.region_bytes and sl.expected == s.expected and not any(sl.targets)
+        for g in range(len(s.groups)):
+            a, b = s.program(r, g), sl.program(r, g)
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                if x[0] == "prep":
+                    assert s.contents[x[2]] == sl.contents[y[2]] and x[:2] + x[3:] == y[:2] + y[3:]
+                else:
+                    assert x == y
+                    if x[0] == "gather":
+                        members = s.meshes[x[3]]
+                        assert [s.box(x[2], x[3], m) for m in members] == [sl.box(x[2], x[3], m) for m in members]
+            assert not any(sl.programs[t][g] for t in range(s.trainers) if t != r)
+        assert len(sl.to_bytes()) < len(s.to_bytes())
+        with pytest.raises(ScheduleError):
+            sl.retarget(0, s.targets[0])
+        with pytest.raises(ValueError):
+            sl.for_trainer(r)
+    d = s.for_trainer(0).to_json()
+    d["programs"][1] = [[["copy", 0, "embed", False, 0, 2, 1, 2, [[0, 0, 2]]]] for _ in s.groups]
+    with pytest.raises(ScheduleError, match="another trainer"):
+        Schedule.from_bytes(_reencode(d))
+
+
 def _reencode(d) -> bytes:
     import struct
 
