@@ -468,6 +468,10 @@ class Schedule:
             raise ValueError(f"for_trainer: no trainer {rank} (the schedule has {self.trainers})")
         if self.sliced_for is not None:
             raise ValueError(f"for_trainer: already a slice for trainer {self.sliced_for}")
+        with no_gc():
+            return self._slice(rank)
+
+    def _slice(self, rank: int) -> "Schedule":
         remap: Dict[int, int] = {}
         names = set()
         programs: List[List[List[List[Any]]]] = [[[] for _ in self.groups] for _ in range(self.trainers)]
