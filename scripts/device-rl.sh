@@ -16,11 +16,14 @@
 # inference rank logs its first differing tensors in full (reference vs
 # received values and scales, stale/zero/formula diagnosis) and the header
 # says which write path was used. About 2.5 minutes; never more than
-# RL_BUDGET_S (default 230) seconds.
+# RL_BUDGET_S (default 230) seconds. Everything lands in ONE file,
+# OUT_DIR/rl-logs.tar.gz (the device tool returns only a few files), with
+# OUT_DIR/summary.txt beside it.
 #
 #   scripts/device-rl.sh OUT_DIR [sim]
 set -uo pipefail
-out=${1:?usage: scripts/device-rl.sh OUT_DIR [sim]}
+top=${1:?usage: scripts/device-rl.sh OUT_DIR [sim]}
+out=$top/rl.d
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -d .devlibs ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$PWD/.devlibs
@@ -60,4 +63,6 @@ if [ "${2:-}" = sim ]; then
 	step sim 240 python3 -m xfer.rl.sim --table --measured "$out" --json "$out/sim-table.json"
 fi
 echo "device-rl: $fails step(s) failed in $SECONDS s" | tee -a "$out/summary.txt"
+cp "$out/summary.txt" "$top/summary.txt"
+tar czf "$top/rl-logs.tar.gz" -C "$top" rl.d && rm -rf "$out"
 exit $((fails > 0))
