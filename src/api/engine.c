@@ -65,7 +65,6 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 		if (getrandom(&e->id, sizeof(e->id), 0) != sizeof(e->id))
 			e->id = xi_now_ns() ^ ((uint64_t)getpid() << 32);
 	} while (e->id == 0);
-	atomic_init(&e->next_key, (e->id & 0xffffffffull) << 16);
 	atomic_init(&e->next_region_id, 1);
 	e->host_id = xi_cuda_host_id();
 	const char *ipc = getenv("XFER_GPU_IPC");

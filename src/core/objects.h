@@ -184,7 +184,6 @@ struct xfer_engine {
 	/* The control path (serialized by ctl_lock, run on the worker). */
 	pthread_mutex_t ctl_lock;
 	struct xi_idmap regions; /* user regions by id (core/regions.c) */
-	atomic_uint_fast64_t next_key;
 	atomic_uint_fast64_t next_region_id;
 
 	struct mpmc_queue subq;   /* struct sub: application -> worker */
