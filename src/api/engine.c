@@ -186,6 +186,7 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 	o->imms_dropped = atomic_load(&m->st.imms_dropped);
 	o->msgs_received = atomic_load(&m->st.msgs_received);
 	o->worker_sleeps = atomic_load(&m->st.worker_sleeps);
+	o->msgs_refused = atomic_load(&m->st.msgs_refused);
 }
 
 void xfer_engine_trace(xfer_engine_t *e, int enable)

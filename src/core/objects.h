@@ -208,7 +208,7 @@ struct xfer_engine {
 	/* Written by the worker. */
 	_Alignas(64) struct {
 		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
-			imms_dropped, msgs_received, worker_sleeps;
+			imms_dropped, msgs_received, worker_sleeps, msgs_refused;
 	} st;
 };
 
