@@ -61,7 +61,7 @@ filled:
 int xfer_peer_add(xfer_engine_t *e, const void *addr, size_t len, xfer_peer_t *out)
 {
 	struct wire_addr a;
-	if (!e || !addr || !out)
+	if (!e || (!addr && len) || !out)
 		return -EINVAL;
 	int ret = xi_wire_addr_decode(addr, len, &a);
 	if (ret)

@@ -12,7 +12,7 @@ int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t
 		    xfer_rmr_t **out)
 {
 	struct wire_desc d;
-	if (!e || !desc || !out)
+	if (!e || (!desc && len) || !out)
 		return -EINVAL;
 	if (atomic_load(&e->stopping))
 		return -ESHUTDOWN;
