@@ -82,7 +82,8 @@ static void with_no_engine(void)
 	CHECK(xfer_watcher_word(NULL) == NULL);
 	EXPECT(xfer_watcher_device_ptr(NULL), 0);
 	EXPECT(xfer_topology(NULL, 4), -EINVAL);
-	CHECK(xfer_topology(NULL, 0) >= 0); /* counts */
+	/* xfer_topology(NULL, 0) counts devices: it loads hwloc, whose plugins
+	 * LeakSanitizer reports, so it is left to python/tests/test_misc.py. */
 	EXPECT(xfer_topology(NULL, -1), -EINVAL);
 	EXPECT(xfer_topology_nics_for_gpu(0, NULL, 16), -EINVAL);
 	struct xfer_stats st;
