@@ -261,9 +261,12 @@ const struct fault_case case_address_only = {"address_only_peer", addr_init, add
 
 static void hb_on(struct xfer_attr *a, int role)
 {
+	/* An allowance of 5 s, generous for a loaded machine (and TSan), that
+	 * the wait below outlasts: a PONG path the attack had broken would
+	 * have the peer declared dead by then. */
 	if (role != 2) {
-		a->heartbeat_ms = 100;
-		a->heartbeat_misses = 10;
+		a->heartbeat_ms = 200;
+		a->heartbeat_misses = 25;
 	}
 }
 
@@ -292,7 +295,7 @@ static int bufs_init(struct fault_init *f)
 		}
 	}
 	/* Heartbeats keep flowing: the target's PONGs are not ours to change. */
-	usleep(1500 * 1000);
+	usleep(6000 * 1000);
 	still_live(f);
 	t_send_u64(f->fd_t, 2);
 	CHECK(t_recv_u64(f->fd_t) == 2);
