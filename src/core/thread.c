@@ -136,7 +136,7 @@ static void *worker_main_impl(struct worker_start *st)
 			w->doze_ns = 20000;
 			continue;
 		}
-		if (now - idle_since < spin_ns) {
+		if (e->attr.spin_us == XFER_SPIN_FOREVER || now - idle_since < spin_ns) {
 			/* On few cores the thread with new work may be waiting for ours:
 			 * give the CPU away while spinning (idle path only). */
 			sched_yield();
