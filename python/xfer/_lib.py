@@ -232,6 +232,7 @@ class xfer_stats(Structure):
         ("imms_dropped", c_uint64),
         ("msgs_received", c_uint64),
         ("worker_sleeps", c_uint64),
+        ("msgs_refused", c_uint64),
     ]
 
 

@@ -67,7 +67,6 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 		if (getrandom(&e->id, sizeof(e->id), 0) != sizeof(e->id))
 			e->id = xi_now_ns() ^ ((uint64_t)getpid() << 32);
 	} while (e->id == 0);
-	atomic_init(&e->next_key, (e->id & 0xffffffffull) << 16);
 	atomic_init(&e->next_region_id, 1);
 	e->host_id = xi_cuda_host_id();
 	const char *ipc = getenv("XFER_GPU_IPC");
@@ -97,6 +96,8 @@ fail:
 
 void xfer_engine_stop(xfer_engine_t *e)
 {
+	if (!e)
+		return;
 	pthread_mutex_lock(&e->ctl_lock);
 	bool first = !atomic_exchange(&e->stopping, true);
 	pthread_mutex_unlock(&e->ctl_lock);
@@ -142,26 +143,28 @@ void xfer_engine_destroy(xfer_engine_t *e)
 
 uint64_t xfer_engine_id(const xfer_engine_t *e)
 {
-	return e->id;
+	return e ? e->id : 0;
 }
 
 const char *xfer_engine_provider(const xfer_engine_t *e)
 {
-	return e->nnics ? e->nics[0].provider : "";
+	return e && e->nnics ? e->nics[0].provider : "";
 }
 
 unsigned xfer_engine_nic_count(const xfer_engine_t *e)
 {
-	return e->nnics;
+	return e ? e->nnics : 0;
 }
 
 const char *xfer_engine_nic_name(const xfer_engine_t *e, unsigned i)
 {
-	return i < e->nnics ? e->nics[i].domain : NULL;
+	return e && i < e->nnics ? e->nics[i].domain : NULL;
 }
 
 int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need)
 {
+	if (!e || (cap && !buf))
+		return -EINVAL;
 	struct wire_addr a = {.engine_id = e->id, .nnics = (uint8_t)e->nnics, .msg_max = e->attr.msg_max};
 	if (atomic_load(&e->stopped))
 		return -ESHUTDOWN;
@@ -180,6 +183,12 @@ int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need
 void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 {
 	xfer_engine_t *m = (xfer_engine_t *)e;
+	if (!o)
+		return;
+	if (!e) {
+		memset(o, 0, sizeof(*o));
+		return;
+	}
 	o->ops_submitted = atomic_load(&m->ops_submitted);
 	o->ops_completed = atomic_load(&m->st.ops_completed);
 	o->ops_failed = atomic_load(&m->st.ops_failed);
@@ -189,11 +198,13 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 	o->imms_dropped = atomic_load(&m->st.imms_dropped);
 	o->msgs_received = atomic_load(&m->st.msgs_received);
 	o->worker_sleeps = atomic_load(&m->st.worker_sleeps);
+	o->msgs_refused = atomic_load(&m->st.msgs_refused);
 }
 
 void xfer_engine_trace(xfer_engine_t *e, int enable)
 {
-	atomic_store(&e->trace_every, enable > 0 ? (unsigned)enable : 0u);
+	if (e)
+		atomic_store(&e->trace_every, enable > 0 ? (unsigned)enable : 0u);
 }
 
 int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)

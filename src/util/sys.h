@@ -11,6 +11,10 @@
 uint64_t xi_now_ns(void);
 /* The absolute deadline ms from now; UINT64_MAX for 0 (none) or overflow. */
 uint64_t xi_deadline_after_ms(uint64_t ms);
+/* 64 bits from the kernel's CSPRNG (getrandom, else /dev/urandom). Only
+ * when neither works (no such kernel here) a mix of clocks and addresses:
+ * then *strong is false and the caller must not rely on secrecy. */
+uint64_t xi_random_u64(bool *strong);
 void xi_futex_wake_all(atomic_uint *word);
 /* Sleeps while *word == expected, at most timeout_ms; 0 or -errno. */
 int xi_futex_wait_ms(atomic_uint *word, unsigned expected, uint64_t timeout_ms);
