@@ -434,6 +434,9 @@ struct xfer_stats {
 	uint64_t imms_dropped; /* arrivals lost because imm_slots were all in use */
 	uint64_t msgs_received;
 	uint64_t worker_sleeps;
+	/* messages dropped because their sender is not the peer they name, or
+	 * no peer of ours (where the provider names senders: docs/failure-semantics.md) */
+	uint64_t msgs_refused;
 };
 void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 

@@ -83,6 +83,70 @@ def expected_target(t, full: Dict[str, Any]):
     return x.to(getattr(torch, t.dtype)), None
 
 
+def _f32_hex(v: float) -> str:
+    import struct
+
+    return struct.pack(">f", v).hex()
+
+
+def _recip_scales(x, block: int = 128):
+    """The scales PyTorch's CUDA kernel gives for ``amax / 448.0`` (a host
+    scalar divisor): ``amax * (1 / 448)`` in float32. The first GPU run's
+    trainers quantized that way; a match names that cause in the log."""
+    import torch
+
+    rows, cols = x.shape
+    nrb, ncb = -(-rows // block), -(-cols // block)
+    xf = torch.nn.functional.pad(x.float(), (0, ncb * block - cols, 0, nrb * block - rows))
+    amax = xf.view(nrb, block, ncb, block).abs().amax(dim=(1, 3))
+    inv = torch.tensor(1.0) / torch.tensor(448.0)
+    return torch.where(amax > 0, amax * inv, torch.ones_like(amax))
+
+
+def describe_mismatch(t, got, got_s, want, want_s, step: int, shapes) -> str:
+    """One line on what differs in target ``t``: how many value bytes and
+    scale blocks, the first of each (reference vs received, with the float32
+    bits of scales), and what the received bytes look like: all zero (never
+    written), the previous step's (stale: counted before the data landed, or
+    the wrong buffer), or scales of the multiply-by-reciprocal formula."""
+    import torch
+
+    out = [f"{t.name} {t.dtype} {tuple(t.shape)}"]
+    gv, wv = got.view(torch.uint8), want.view(torch.uint8)
+    dv = (gv != wv).nonzero()
+    if len(dv):
+        r, c = (int(v) for v in dv[0])
+        row_bytes = wv.shape[-1] if wv.dim() > 1 else 1
+        out.append(f"values: {len(dv)} of {wv.numel()} bytes differ, first at byte [{r}, {c}]: "
+                   f"reference {wv[r, c].item():#04x}, received {gv[r, c].item():#04x}")
+        if t.dtype != "float8_e4m3fn" and row_bytes:
+            out.append(f"(element {want.view(-1)[(r * row_bytes + c) // want.element_size()].item()!r} vs "
+                       f"{got.view(-1)[(r * row_bytes + c) // got.element_size()].item()!r})")
+        if not gv.any():
+            out.append("received all zero: never written")
+        elif step > 0:
+            prev = {n: weight(n, step - 1, s) for n, s in shapes.items()}
+            pw, _ = expected_target(t, prev)
+            if torch.equal(pw.view(torch.uint8), gv):
+                out.append("received = step %d's bytes: stale" % (step - 1))
+    if want_s is not None:
+        ds = (got_s != want_s).nonzero()
+        if len(ds):
+            i, j = (int(v) for v in ds[0])
+            a, b = want_s[i, j].item(), got_s[i, j].item()
+            ulp = abs(want_s[i, j].view(torch.int32).item() - got_s[i, j].view(torch.int32).item())
+            out.append(f"scales: {len(ds)} of {want_s.numel()} blocks differ, first [{i}, {j}]: reference {a!r} "
+                       f"({_f32_hex(a)}), received {b!r} ({_f32_hex(b)}), {ulp} ulp")
+            x = torch.empty(t.shape, dtype=torch.bfloat16)
+            full = {n: weight(n, step, s) for n, s in shapes.items()}
+            for p in t.pieces:
+                src = full[p.source].reshape(-1, full[p.source].shape[-1])
+                x[p.at[0]:p.at[0] + p.height, p.at[1]:p.at[1] + p.width] = src[p.rows[0]:p.rows[1], p.cols[0]:p.cols[1]]
+            if torch.equal(_recip_scales(x, t.block), got_s):
+                out.append("received scales = amax * (1/448) in float32 (CUDA's division by a host scalar)")
+    return "; ".join(out)
+
+
 # ---------------------------------------------------------------- processes
 def _send(conn, **kw) -> None:
     conn.send_bytes(json.dumps(kw).encode())
@@ -92,6 +156,37 @@ def _recv(conn, timeout: float = 120.0) -> Dict[str, Any]:
     if not conn.poll(timeout):
         raise TimeoutError("no answer from a child process")
     return json.loads(conn.recv_bytes())
+
+
+def _old_quantize(x, block: int = 128, out=None, scales_out=None):
+    """xfer.rl.fp8.quantize as the first GPU run computed it on CUDA (scales
+    ``amax * (1/448)``), for --old-fp8."""
+    import torch
+
+    rows, cols = x.shape
+    scale = _recip_scales(x, block)
+    q = x.float() / scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[:rows, :cols]
+    q = q.clamp_(-448.0, 448.0)
+    if out is None:
+        out = q.to(torch.float8_e4m3fn)
+    else:
+        out.copy_(q)
+    if scales_out is None:
+        scales_out = scale
+    else:
+        scales_out.copy_(scale)
+    return out, scales_out
+
+
+def write_path(tr, dev) -> str:
+    """How this trainer's WRITEs reach the inference GPUs, for the log."""
+    nic = tr.eng.nic_info(0)
+    if dev.type != "cuda":
+        return f"{nic.provider}: host memory"
+    ipc = os.environ.get("XFER_GPU_IPC") != "0"
+    return (f"{nic.provider}, gpu_path {nic.gpu_path}: into GPU memory of a peer on this host by "
+            + ("CUDA IPC copies (a handle that does not open warns 'cannot open the peer's CUDA IPC handle' "
+               "and falls back to staged)" if ipc else "the staged path through host mirrors (XFER_GPU_IPC=0)"))
 
 
 def trainer_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
@@ -105,6 +200,10 @@ def trainer_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
     from xfer.rl.trainer import Trainer, local_boxes
 
     spec = models.MODELS[cfg["model"]]
+    if cfg.get("old_fp8"):  # reproduce the first GPU run's quantization on this device (to see the checks fail)
+        from xfer.rl import fp8
+
+        fp8.quantize = _old_quantize
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank,
                             world_size=cfg["trainers"], timeout=timedelta(seconds=60))
     mine = [s for d in models.trainer_shards(spec, cfg["trainers"], cfg["node"]) for s in d.shards() if s.rank == rank]
@@ -130,7 +229,7 @@ def trainer_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
     trainers = json.loads(conn.recv_bytes())
     inference = json.loads(conn.recv_bytes())
     tr.connect([bytes.fromhex(a) for a in trainers], [(bytes.fromhex(a), [bytes.fromhex(d) for d in ds]) for a, ds in inference])
-    _send(conn, ok=True)
+    _send(conn, ok=True, path=write_path(tr, dev))
     while True:
         cmd = json.loads(conn.recv_bytes())
         if cmd["op"] == "quit":
@@ -207,16 +306,21 @@ def inference_main(conn, rank: int, cfg: Dict[str, Any]) -> None:
                 continue
             waited = time.monotonic() - t0
             full = {n: weight(n, step, s) for n, s in shapes.items()}
-            bad = []
+            bad, detail = [], []
             for t in targets:
                 want, want_s = expected_target(t, full)
                 got = inf.tensor(t.name).cpu()
+                got_s = inf.scales(t.name).cpu() if want_s is not None else None
                 if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
                     bad.append(t.name)
-                elif want_s is not None and not torch.equal(inf.scales(t.name).cpu(), want_s):
+                elif want_s is not None and not torch.equal(got_s, want_s):
                     bad.append(t.name + " (scales)")
-            _send(conn, ok=not bad, waited=waited, verified=len(targets), bad=bad[:10], active=inf.active,
-                  pauses=pauses[-2:], fp8=sum(t.dtype == "float8_e4m3fn" for t in targets))
+                else:
+                    continue
+                if len(detail) < 2:  # the first mismatches in full, to debug from the log alone
+                    detail.append(describe_mismatch(t, got, got_s, want, want_s, step, shapes))
+            _send(conn, ok=not bad, waited=waited, verified=len(targets), bad=bad[:10], nbad=len(bad), active=inf.active,
+                  pauses=pauses[-2:], fp8=sum(t.dtype == "float8_e4m3fn" for t in targets), detail=detail)
 
 
 # ---------------------------------------------------------------- controller
@@ -231,7 +335,7 @@ def free_port() -> int:
 class Demo:
     def __init__(self, trainers: int, node: int, ranks: int, provider: str, device: str, buffers: int,
                  model: str = "small-moe", slow_step: Optional[int] = None, offload: bool = False,
-                 mode: str = "xfer", log=print):
+                 mode: str = "xfer", old_fp8: bool = False, log=print):
         from xfer.rl import layout, plan
 
         self.log = log
@@ -239,7 +343,8 @@ class Demo:
         self.ctx.set_forkserver_preload(["torch", "xfer", "xfer.rl", "xfer.rl.trainer", "xfer.rl.inference"])
         self.cfg = {"model": model, "trainers": trainers, "node": node, "tp": ranks, "provider": provider,
                     "nics": "lo" if provider.startswith("tcp") else None, "device": device, "buffers": buffers,
-                    "port": free_port(), "pool_bytes": 8 << 20, "slow_step": slow_step, "offload": offload}
+                    "port": free_port(), "pool_bytes": 8 << 20, "slow_step": slow_step, "offload": offload,
+                    "old_fp8": old_fp8}
         t0 = time.monotonic()
         self.tconns, self.tprocs = [], []
         for r in range(trainers):
@@ -256,9 +361,8 @@ class Demo:
         t1 = time.monotonic()
         self.schedule = plan.build(shards, targets, region_bytes=[i["nbytes"] for i in infos], mode=mode)
         self.plan_seconds = time.monotonic() - t1
-        blob = self.schedule.to_bytes()
-        for c in self.tconns:
-            c.send_bytes(blob)
+        for r, c in enumerate(self.tconns):  # each trainer gets its slice, not the whole schedule
+            c.send_bytes(self.schedule.for_trainer(r).to_bytes())
         self.taddrs = [self._bytes(c) for c in self.tconns]
         self.endpoints = [[i["address"], i["descriptors"]] for i in infos]
         # Inference ranks add the trainers first: a peer answers heartbeats
@@ -268,12 +372,16 @@ class Demo:
         for c in self.tconns:
             c.send_bytes(json.dumps([a.hex() for a in self.taddrs]).encode())
             c.send_bytes(json.dumps(self.endpoints).encode())
+        paths = set()
         for c in self.tconns:
-            assert _recv(c)["ok"]
+            r = _recv(c)
+            assert r["ok"]
+            paths.add(r["path"])
         sm = self.schedule.summary()
         self.log(f"demo: {trainers} trainers (node {node}) -> {ranks} inference ranks on {provider}/{device}, "
                  f"{buffers} buffer(s); schedule in {self.plan_seconds * 1000:.0f} ms: egress per trainer "
                  f"{sm['egress']} B, writes {sm['writes']}, gathers {sm['gathers']}; set-up {time.monotonic() - t0:.1f} s")
+        self.log("write path: " + " | ".join(sorted(paths)) + (" (old FP8 formula: --old-fp8)" if old_fp8 else ""))
 
     def _bytes(self, c) -> bytes:
         if not c.poll(120):
@@ -324,11 +432,10 @@ class Demo:
         targets = [layout.Target.from_json(x) for x in info["targets"]]
         patched, changed = self.schedule.retarget(j, targets, info["nbytes"])
         self.schedule = patched
-        blob = patched.to_bytes()
-        for c in self.tconns:
+        for r, c in enumerate(self.tconns):
             _send(c, op="replace", rank=j)
             c.send_bytes(json.dumps([info["address"], info["descriptors"]]).encode())
-            c.send_bytes(blob)
+            c.send_bytes(patched.for_trainer(r).to_bytes())
         for c in self.tconns:
             assert _recv(c)["ok"]
         self._hello(j, first_step)
@@ -349,6 +456,13 @@ class Demo:
                     p.kill()
 
 
+def _mismatch(r: Dict[str, Any]) -> str:
+    more = r["nbad"] - len(r["bad"])
+    return (f"{r['nbad']} of {r['verified']} tensors differ (values, or '(scales)' where only those do): "
+            + ", ".join(r["bad"]) + (f" and {more} more" if more > 0 else "")
+            + "".join(f"\n    first: {d}" for d in r.get("detail", [])))
+
+
 def check_step(res: Dict[str, Any], step: int, log=print) -> List[str]:
     """Problems of a step that should have worked (empty: verified)."""
     probs = []
@@ -357,7 +471,7 @@ def check_step(res: Dict[str, Any], step: int, log=print) -> List[str]:
             probs.append(f"trainer {t}: {r['error']}")
     for j, r in res["inference"].items():
         if not r.get("ok"):
-            probs.append(f"inference {j}: {r.get('error') or 'mismatch in ' + ', '.join(r['bad'])}")
+            probs.append(f"inference {j}: {r.get('error') or _mismatch(r)}")
     if not probs:
         ver = sum(r["verified"] for r in res["inference"].values())
         f8 = sum(r["fp8"] for r in res["inference"].values())
@@ -377,7 +491,7 @@ def run(args) -> int:
         print("SKIP: --device cuda but CUDA is not available here")
         return 77
     demo = Demo(args.trainers, args.node, args.ranks, args.provider, args.device, args.buffers,
-                slow_step=1 if args.fault else None, offload=args.offload, mode=args.mode)
+                slow_step=1 if args.fault else None, offload=args.offload, mode=args.mode, old_fp8=args.old_fp8)
     probs: List[str] = []
     try:
         if not args.fault:
@@ -424,6 +538,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="xfer", choices=("xfer", "published"),
                     help="planner mode (published: full_tensor() all-gathers, sends from the full tensors)")
     ap.add_argument("--offload", action="store_true", help="trainer shards in host memory, prepared on --device (H2D)")
+    ap.add_argument("--old-fp8", action="store_true",
+                    help="trainers quantize as the first GPU run did on CUDA (scales amax * (1/448)): the checks must fail")
     return run(ap.parse_args(argv))
 
 

@@ -97,3 +97,29 @@ def test_rank_killed_mid_update_fails_the_step_then_is_replaced(device):
         _steps(demo, [2])
     finally:
         demo.close()
+
+
+def test_mismatch_report_names_the_cause():
+    """What an inference rank logs about a wrong tensor: the reciprocal-formula
+    scales of the first GPU run, stale bytes of the previous step, and bytes
+    never written are each told apart (no processes: the report itself)."""
+    from xfer.rl import models
+
+    spec = models.SMALL
+    shapes = {n: s for n, s, _ in spec.params()}
+    targets, _ = models.rank_targets(spec, 0, 2)
+    t = next(t for t in targets if t.name == "layers.0.qkv")
+    full = {n: rl_demo.weight(n, 1, s) for n, s in shapes.items()}
+    want, want_s = rl_demo.expected_target(t, full)
+    x = torch.empty(t.shape, dtype=torch.bfloat16)
+    for p in t.pieces:
+        src = full[p.source].reshape(-1, full[p.source].shape[-1])
+        x[p.at[0]:p.at[0] + p.height, p.at[1]:p.at[1] + p.width] = src[p.rows[0]:p.rows[1], p.cols[0]:p.cols[1]]
+    q, s = rl_demo._old_quantize(x)
+    assert not torch.equal(s, want_s), "the old formula should differ here (step 1, layers.0.qkv)"
+    msg = rl_demo.describe_mismatch(t, q, s, want, want_s, 1, shapes)
+    assert "amax * (1/448)" in msg and "ulp" in msg, msg
+    prev = rl_demo.expected_target(t, {n: rl_demo.weight(n, 0, s) for n, s in shapes.items()})
+    assert "stale" in rl_demo.describe_mismatch(t, prev[0], prev[1], want, want_s, 1, shapes)
+    zero = torch.zeros_like(want)
+    assert "never written" in rl_demo.describe_mismatch(t, zero, torch.zeros_like(want_s), want, want_s, 1, shapes)

@@ -100,6 +100,40 @@ def test_wire_form_round_trips_and_refuses_damage():
             Schedule.from_bytes(x)
 
 
+@pytest.mark.parametrize("mode", plan.MODES)
+def test_a_trainers_slice_runs_the_same_tasks(mode):
+    """for_trainer(r): the same program and gathers for r (contents
+    renumbered, the same pieces), every mesh, nothing of other trainers, no
+    targets; it parses as untrusted bytes, refuses what a slice cannot do,
+    and a slice claiming tasks of another trainer is refused."""
+    _, _, _, s = _small(trainers=4, node=2, mode=mode)
+    for r in range(s.trainers):
+        sl = Schedule.from_bytes(s.for_trainer(r).to_bytes())
+        assert sl.sliced_for == r and sl.meshes == s.meshes and sl.epoch == s.epoch
+        assert sl.region_bytes == s.region_bytes and sl.expected == s.expected and not any(sl.targets)
+        for g in range(len(s.groups)):
+            a, b = s.program(r, g), sl.program(r, g)
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                if x[0] == "prep":
+                    assert s.contents[x[2]] == sl.contents[y[2]] and x[:2] + x[3:] == y[:2] + y[3:]
+                else:
+                    assert x == y
+                    if x[0] == "gather":
+                        members = s.meshes[x[3]]
+                        assert [s.box(x[2], x[3], m) for m in members] == [sl.box(x[2], x[3], m) for m in members]
+            assert not any(sl.programs[t][g] for t in range(s.trainers) if t != r)
+        assert len(sl.to_bytes()) < len(s.to_bytes())
+        with pytest.raises(ScheduleError):
+            sl.retarget(0, s.targets[0])
+        with pytest.raises(ValueError):
+            sl.for_trainer(r)
+    d = s.for_trainer(0).to_json()
+    d["programs"][1] = [[["copy", 0, "embed", False, 0, 2, 1, 2, [[0, 0, 2]]]] for _ in s.groups]
+    with pytest.raises(ScheduleError, match="another trainer"):
+        Schedule.from_bytes(_reencode(d))
+
+
 def _reencode(d) -> bytes:
     import struct
 
@@ -214,6 +248,57 @@ def test_pool_never_hands_out_overlapping_bytes():
         p.alloc(1 << 17)
 
 
+def _fp8_reference(torch, x):
+    """FP8 values and scales of x, one 128 x 128 block at a time, plain ops on the CPU."""
+    rq = torch.empty(x.shape, dtype=torch.float8_e4m3fn)
+    rs = torch.empty(-(-x.shape[0] // 128), -(-x.shape[1] // 128))
+    for i in range(0, x.shape[0], 128):
+        for j in range(0, x.shape[1], 128):
+            b = x[i:i + 128, j:j + 128].float()
+            amax = b.abs().max()
+            sc = amax / 448.0 if amax > 0 else torch.tensor(1.0)
+            rs[i // 128, j // 128] = sc
+            rq[i:i + 128, j:j + 128] = (b / sc).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return rq, rs
+
+
+def test_fp8_is_device_independent():
+    """On CUDA, PyTorch computes ``t / c`` with a host scalar ``c`` as
+    ``t * (1 / c)`` (BinaryDivTrueKernel.cu), one ulp off the division for
+    some values: the first GPU run's FP8 scales differed from the CPU
+    reference. Here every division by a Python number or a 0-dim tensor is
+    done that way (a dispatch mode); quantize must still match the reference,
+    and the mode must break the formula the GPU run used (so that the test
+    can fail)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed: FP8 quantization tests skipped")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from xfer.rl import fp8
+
+    if fp8.available():
+        pytest.skip(fp8.available())
+
+    class CudaScalarDivision(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten.div.Tensor and (
+                    isinstance(args[1], (int, float)) or (isinstance(args[1], torch.Tensor) and args[1].dim() == 0)):
+                b = float(args[1])
+                inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(b, dtype=torch.float32)
+                return torch.ops.aten.mul.Tensor(args[0], inv)
+            return func(*args, **kwargs)
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(1024, 1024, generator=g) * torch.logspace(-3, 1, 1024).view(-1, 1)).to(torch.bfloat16)
+    rq, rs = _fp8_reference(torch, x)
+    with CudaScalarDivision():
+        q, s = fp8.quantize(x)
+        amax = x.float().view(8, 128, 8, 128).abs().amax(dim=(1, 3))
+        old = torch.where(amax > 0, amax / fp8.FP8_MAX, torch.ones_like(amax))  # the formula of the first GPU run
+    assert torch.equal(s, rs) and torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+    assert not torch.equal(old, rs), "the emulated CUDA division did not change the old formula's scales"
+
+
 def test_fp8_matches_block_by_block_reference():
     torch = pytest.importorskip("torch", reason="torch is not installed: FP8 quantization tests skipped")
     from xfer.rl import fp8
@@ -223,17 +308,10 @@ def test_fp8_matches_block_by_block_reference():
     g = torch.Generator().manual_seed(3)
     for shape in ((128, 128), (320, 384), (7, 1000), (384, 192)):
         x = (torch.randn(*shape, generator=g) * torch.logspace(-4, 2, shape[0]).view(-1, 1)).to(torch.bfloat16)
-        x[:64, :64] = 0  # an all-zero block when the shape allows one
+        x[:128, :128] = 0  # an all-zero first block (scale 1)
+        x[-1, -1] = 1e-3 if shape != (128, 128) else 0
         q, s = fp8.quantize(x)
-        rq = torch.empty_like(q)
-        rs = torch.empty_like(s)
-        for i in range(0, shape[0], 128):  # the reference: one block at a time, plain ops
-            for j in range(0, shape[1], 128):
-                b = x[i:i + 128, j:j + 128].float()
-                amax = b.abs().max()
-                sc = amax / 448.0 if amax > 0 else torch.tensor(1.0)
-                rs[i // 128, j // 128] = sc
-                rq[i:i + 128, j:j + 128] = (b / sc).clamp(-448, 448).to(torch.float8_e4m3fn)
+        rq, rs = _fp8_reference(torch, x)
         assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)), shape
         assert torch.equal(s, rs), shape
         err = (fp8.dequantize(q, s) - x.float()).abs()

@@ -50,3 +50,33 @@ def test_measured_inputs_replace_assumed_ones(tmp_path):
 def test_instance_rule():
     assert sim.Scenario("Kimi-K2", 256, 128).instance(models.KIMI_K2) == 16
     assert sim.Scenario("Qwen3-235B-A22B", 128, 32).instance(models.QWEN3_235B) == 4
+
+
+def _layout_schedule(experts, mode):
+    sh = models.trainer_shards(models.SMALL, 8, 4, experts=experts)
+    tg, sizes = models.inference_targets(models.SMALL, 2, 2)
+    return plan.build(sh, tg, region_bytes=sizes, mode=mode)
+
+
+def test_expert_layouts_and_the_ingress_floor():
+    """Experts whole per node keep the published design's full_tensor() on
+    NVLink (no trainer receives gather bytes over its NIC); sharded across
+    nodes they cross the network. Neither plan beats the ingress floor."""
+    inp = sim.Inputs(nic_gbps=1.0, offload=True)
+    ingress = {}
+    for experts in models.EXPERT_LAYOUTS:
+        for mode in plan.MODES:
+            r = sim.simulate(_layout_schedule(experts, mode), inp, node=4)
+            assert r["seconds"] >= r["ingress_floor_s"] > 0
+            ingress[experts, mode] = max(g["max_trainer_ingress_GB"] for g in r["groups"])
+    assert ingress["node", "published"] == 0 and ingress["across", "published"] > 0
+
+
+def test_offload_charges_the_shards_that_go_to_the_gpu():
+    """Offloaded shards reach the GPU before a gather or a prep reads them;
+    with everything gathered (the published design) that is each rank's own
+    shard of what its mesh gathers, and nothing without offload."""
+    s = _layout_schedule("node", "published")
+    on = sim.simulate(s, sim.Inputs(offload=True), node=4)["breakdown"]["h2d"]
+    assert on > 0 and sim.simulate(s, sim.Inputs(offload=False), node=4)["breakdown"]["h2d"] == 0
+    assert sim.simulate(s, sim.Inputs(offload=True, h2d_GBps=1.0), node=4)["breakdown"]["h2d"] > on

@@ -101,6 +101,7 @@ class Stats(NamedTuple):
     imms_dropped: int
     msgs_received: int
     worker_sleeps: int
+    msgs_refused: int  #: messages whose sender was not the peer they named
 
 
 class NicInfo(NamedTuple):

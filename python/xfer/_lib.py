@@ -244,6 +244,7 @@ class xfer_stats(Structure):
         ("imms_dropped", c_uint64),
         ("msgs_received", c_uint64),
         ("worker_sleeps", c_uint64),
+        ("msgs_refused", c_uint64),
     ]
 
 

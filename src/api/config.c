@@ -20,6 +20,8 @@ static void env_u32(const char *name, uint32_t *dst)
 
 void xfer_attr_init(struct xfer_attr *a)
 {
+	if (!a)
+		return;
 	memset(a, 0, sizeof(*a));
 	a->provider = "auto";
 	a->nics = NULL;

@@ -67,7 +67,6 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 		if (getrandom(&e->id, sizeof(e->id), 0) != sizeof(e->id))
 			e->id = xi_now_ns() ^ ((uint64_t)getpid() << 32);
 	} while (e->id == 0);
-	atomic_init(&e->next_key, (e->id & 0xffffffffull) << 16);
 	atomic_init(&e->next_region_id, 1);
 	e->host_id = xi_cuda_host_id();
 	const char *ipc = getenv("XFER_GPU_IPC");
@@ -99,6 +98,8 @@ fail:
 
 void xfer_engine_stop(xfer_engine_t *e)
 {
+	if (!e)
+		return;
 	pthread_mutex_lock(&e->ctl_lock);
 	bool first = !atomic_exchange(&e->stopping, true);
 	pthread_mutex_unlock(&e->ctl_lock);
@@ -144,26 +145,28 @@ void xfer_engine_destroy(xfer_engine_t *e)
 
 uint64_t xfer_engine_id(const xfer_engine_t *e)
 {
-	return e->id;
+	return e ? e->id : 0;
 }
 
 const char *xfer_engine_provider(const xfer_engine_t *e)
 {
-	return e->nnics ? e->nics[0].provider : "";
+	return e && e->nnics ? e->nics[0].provider : "";
 }
 
 unsigned xfer_engine_nic_count(const xfer_engine_t *e)
 {
-	return e->nnics;
+	return e ? e->nnics : 0;
 }
 
 const char *xfer_engine_nic_name(const xfer_engine_t *e, unsigned i)
 {
-	return i < e->nnics ? e->nics[i].domain : NULL;
+	return e && i < e->nnics ? e->nics[i].domain : NULL;
 }
 
 int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need)
 {
+	if (!e || (cap && !buf))
+		return -EINVAL;
 	struct wire_addr a = {.engine_id = e->id, .nnics = (uint8_t)e->nnics, .msg_max = e->attr.msg_max};
 	if (atomic_load(&e->stopped))
 		return -ESHUTDOWN;
@@ -181,7 +184,8 @@ int xfer_engine_addr(const xfer_engine_t *e, void *buf, size_t cap, size_t *need
 
 void xfer_engine_trace(xfer_engine_t *e, int enable)
 {
-	atomic_store(&e->trace_every, enable > 0 ? (unsigned)enable : 0u);
+	if (e)
+		atomic_store(&e->trace_every, enable > 0 ? (unsigned)enable : 0u);
 }
 
 int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)

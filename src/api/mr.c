@@ -25,7 +25,7 @@ void xi_mr_free_all(xfer_engine_t *e)
 
 int xfer_mr_is_gpu(const xfer_mr_t *mr)
 {
-	return mr->gpu;
+	return mr ? mr->gpu : -1;
 }
 
 static int reg_on_worker(xfer_engine_t *e, void *arg)
@@ -106,6 +106,8 @@ int xfer_mr_dereg(xfer_mr_t *mr)
 
 int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need)
 {
+	if (!mr || (cap && !buf))
+		return -EINVAL;
 	const xfer_engine_t *e = mr->e;
 	struct wire_desc d = {.engine_id = e->id, .len = mr->len, .nnics = (uint8_t)e->nnics};
 	if (!mr->registered)
@@ -129,12 +131,12 @@ int xfer_mr_desc(const xfer_mr_t *mr, void *buf, size_t cap, size_t *need)
 
 void *xfer_mr_addr(const xfer_mr_t *mr)
 {
-	return mr->buf;
+	return mr ? mr->buf : NULL;
 }
 
 size_t xfer_mr_len(const xfer_mr_t *mr)
 {
-	return mr->len;
+	return mr ? mr->len : 0;
 }
 
 static int revoke_on_worker(xfer_engine_t *e, void *arg)

@@ -64,7 +64,7 @@ filled:
 int xfer_peer_add(xfer_engine_t *e, const void *addr, size_t len, xfer_peer_t *out)
 {
 	struct wire_addr a;
-	if (!e || !out)
+	if (!e || (!addr && len) || !out)
 		return -EINVAL;
 	int ret = xi_wire_addr_decode(addr, len, &a);
 	if (ret)
@@ -168,5 +168,5 @@ int xfer_group_destroy(xfer_group_t *g)
 
 uint32_t xfer_group_size(const xfer_group_t *g)
 {
-	return g->n;
+	return g ? g->n : 0;
 }

@@ -118,6 +118,7 @@ static const struct counter engine_base[] = {
 	ENGINE_BASE(imms_dropped, "imms_dropped", "Immediate arrivals lost: every imm slot was in use."),
 	ENGINE_BASE(msgs_received, "msgs_received", "Application messages received."),
 	ENGINE_BASE(worker_sleeps, "worker_sleeps", "Times the worker slept."),
+	ENGINE_BASE(msgs_refused, "msgs_refused", "Messages dropped: their claimed sender did not match the source."),
 };
 
 #define ENGINE_TEL(f, h) {"xfer_" #f "_total", h, offsetof(struct xfer_stats_engine, f)}

@@ -12,7 +12,7 @@ int xfer_rmr_import(xfer_engine_t *e, xfer_peer_t peer, const void *desc, size_t
 		    xfer_rmr_t **out)
 {
 	struct wire_desc d;
-	if (!e || !out)
+	if (!e || (!desc && len) || !out)
 		return -EINVAL;
 	if (atomic_load(&e->stopping))
 		return -ESHUTDOWN;
@@ -54,5 +54,5 @@ void xfer_rmr_free(xfer_rmr_t *rmr)
 
 size_t xfer_rmr_len(const xfer_rmr_t *rmr)
 {
-	return rmr->len;
+	return rmr ? rmr->len : 0;
 }

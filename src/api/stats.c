@@ -10,6 +10,12 @@
 void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 {
 	xfer_engine_t *m = (xfer_engine_t *)e;
+	if (!o)
+		return;
+	if (!e) {
+		memset(o, 0, sizeof(*o));
+		return;
+	}
 	o->ops_submitted = atomic_load_explicit(&m->ops_submitted, memory_order_relaxed);
 	o->ops_completed = atomic_load_explicit(&m->st.ops_completed, memory_order_relaxed);
 	o->ops_failed = atomic_load_explicit(&m->st.ops_failed, memory_order_relaxed);
@@ -19,6 +25,7 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 	o->imms_dropped = atomic_load_explicit(&m->st.imms_dropped, memory_order_relaxed);
 	o->msgs_received = atomic_load_explicit(&m->st.msgs_received, memory_order_relaxed);
 	o->worker_sleeps = atomic_load_explicit(&m->st.worker_sleeps, memory_order_relaxed);
+	o->msgs_refused = atomic_load_explicit(&m->st.msgs_refused, memory_order_relaxed);
 }
 
 static const char *const code_names[XFER_STATS_CODES] = {

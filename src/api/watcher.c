@@ -170,10 +170,10 @@ void xfer_watcher_destroy(xfer_watcher_t *w)
 
 volatile uint64_t *xfer_watcher_word(xfer_watcher_t *w)
 {
-	return w->word;
+	return w ? w->word : NULL;
 }
 
 uint64_t xfer_watcher_device_ptr(xfer_watcher_t *w)
 {
-	return w->dev_ptr;
+	return w ? w->dev_ptr : 0;
 }

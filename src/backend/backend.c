@@ -63,6 +63,12 @@ static int stub_trywait(struct xfer_nic *n)
 	return 0;
 }
 
+static int stub_src_is(struct xfer_nic *n, uint64_t s, uint64_t d)
+{
+	(void)n, (void)s, (void)d;
+	return -EOPNOTSUPP;
+}
+
 void xi_backend_fill_stubs(struct backend_ops *o)
 {
 #define FILL(slot) \
@@ -80,5 +86,6 @@ void xi_backend_fill_stubs(struct backend_ops *o)
 	FILL(poll);
 	FILL(wait_fd);
 	FILL(trywait);
+	FILL(src_is);
 #undef FILL
 }

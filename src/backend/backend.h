@@ -31,7 +31,15 @@ struct nic_event {
 	void *ctx;  /* what was passed when posting; NULL for REMOTE_WRITE */
 	size_t len; /* bytes received, for NIC_EV_RECV */
 	uint32_t imm;
+	/* NIC_EV_RECV: who sent it, where the backend can tell (has_src), as a
+	 * token for src_is: the core checks the sender a message names against
+	 * it. A backend that cannot tell leaves has_src false. */
+	bool has_src;
+	uint64_t src;
 };
+
+/* The token of a sender that is in none of this NIC's address entries. */
+#define NIC_SRC_UNKNOWN UINT64_MAX
 
 struct nic_mr {
 	void *handle;
@@ -88,6 +96,10 @@ struct backend_ops {
 	int (*wait_fd)(struct xfer_nic *nic);
 	/* 0 when it is safe to sleep on wait_fd, -EAGAIN when events are pending. */
 	int (*trywait)(struct xfer_nic *nic);
+	/* 1 when the sender token src (from a NIC_EV_RECV) is the remote end of
+	 * dest (from av_insert), 0 when it is not; -EOPNOTSUPP where the backend
+	 * cannot tell (it then never sets has_src). */
+	int (*src_is)(struct xfer_nic *nic, uint64_t src, uint64_t dest);
 };
 
 struct xfer_nic {

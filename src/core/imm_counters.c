@@ -31,8 +31,9 @@ void xi_imm_arrived(struct worker *w, uint32_t imm, uint32_t n)
 		xi_stat_own_add(&e->st.imms_dropped, n);
 		return;
 	}
-	/* n at once is n single arrivals: one expectation fires, the rest carry. */
-	en->count = en->count > UINT32_MAX - n ? UINT32_MAX : en->count + n;
+	/* n at once is n single arrivals: one expectation fires, the rest carry.
+	 * The saturation is for form: 2^64 arrivals do not happen. */
+	en->count = en->count > UINT64_MAX - n ? UINT64_MAX : en->count + n;
 	if (en->expected && en->count >= en->expected)
 		fire(w, en, 0);
 }
@@ -62,7 +63,8 @@ int xi_imm_disarm(struct worker *w, uint32_t imm, uint32_t *arrived)
 	*arrived = 0;
 	if (!en)
 		return 0;
-	*arrived = en->count;
+	/* The API reports 32 bits; what lies beyond is discarded all the same. */
+	*arrived = en->count > UINT32_MAX ? UINT32_MAX : (uint32_t)en->count;
 	en->count = 0;
 	if (en->expected)
 		fire(w, en, -ECANCELED); /* releases the entry since count is 0 */

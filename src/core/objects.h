@@ -204,7 +204,6 @@ struct xfer_engine {
 	/* The control path (serialized by ctl_lock, run on the worker). */
 	pthread_mutex_t ctl_lock;
 	struct xi_idmap regions; /* user regions by id (core/regions.c) */
-	atomic_uint_fast64_t next_key;
 	atomic_uint_fast64_t next_region_id;
 
 	struct mpmc_queue subq;   /* struct sub: application -> worker */
@@ -230,7 +229,7 @@ struct xfer_engine {
 	/* Written by the worker only (xi_stat_own_add). */
 	_Alignas(64) struct {
 		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
-			imms_dropped, msgs_received, worker_sleeps;
+			imms_dropped, msgs_received, worker_sleeps, msgs_refused;
 	} st;
 };
 

@@ -3,19 +3,52 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "util/log.h"
+#include "util/sys.h"
+
+/* A key for one registration on a NIC whose keys we choose: uniformly
+ * random over the provider's key width, never 0. Nothing about it follows
+ * from the engine id, the region id or an earlier key, so a peer holding an
+ * address or another region's descriptor cannot name this region, and a
+ * writer holding a revoked descriptor cannot name its successor. Reuse: a
+ * fresh key equals one of N keys this engine retired with probability
+ * N / 2^bits (2^-44 after a million registrations with tcp's 64 bits), which
+ * is why no list of retired keys is kept; a key equal to a live one is
+ * refused by the provider and drawn again (register_one). */
+static uint64_t fresh_key(unsigned bits)
+{
+	bool strong = true;
+	uint64_t key;
+	do {
+		key = xi_random_u64(&strong);
+		if (bits < 64)
+			key &= (1ull << bits) - 1;
+	} while (key == 0);
+	if (!strong)
+		xwarn("no CSPRNG here: region keys are not secret");
+	return key;
+}
+
+/* Draws a new key when the provider refuses one (in use by a live region
+ * of ours: -EACCES from FI_ENOKEY); a few tries, as a repeat is 2^-bits. */
+static int register_one(xfer_engine_t *e, unsigned n, xfer_mr_t *mr)
+{
+	struct xfer_nic *nic = &e->nics[n];
+	int ret = -EACCES;
+	for (int attempt = 0; attempt < 4 && ret == -EACCES; attempt++) {
+		uint64_t key = nic->key_bits ? fresh_key(nic->key_bits) : 0;
+		ret = e->ops.mr_reg(nic, xi_mr_nic_bytes(mr), mr->len, key, mr->access,
+				    mr->native ? &mr->mem : NULL, &mr->nic[n]);
+		if (!nic->key_bits)
+			break; /* the provider's key: drawing again changes nothing */
+	}
+	return ret;
+}
+
 int xi_mr_register_on_nics(xfer_engine_t *e, xfer_mr_t *mr)
 {
 	for (unsigned n = 0; n < e->nnics; n++) {
-		/* A fresh key per registration, never reused within this engine, so a
-		 * descriptor of a region that was deregistered cannot reach its successor. */
-		uint64_t key = 0;
-		if (e->nics[n].key_bits) {
-			key = atomic_fetch_add(&e->next_key, 1);
-			if (e->nics[n].key_bits < 64)
-				key &= (1ull << e->nics[n].key_bits) - 1;
-		}
-		int ret = e->ops.mr_reg(&e->nics[n], xi_mr_nic_bytes(mr), mr->len, key, mr->access,
-					mr->native ? &mr->mem : NULL, &mr->nic[n]);
+		int ret = register_one(e, n, mr);
 		if (ret) {
 			while (n-- > 0)
 				e->ops.mr_dereg(&e->nics[n], &mr->nic[n]);

@@ -53,6 +53,30 @@ int xi_rx_take_reposts(struct worker *w)
 	return n;
 }
 
+/* Where the backend names senders, a message that claims the engine id of
+ * a live peer of ours must come from that peer's entry on this NIC: a peer
+ * cannot speak for another one, nor a stranger for a peer (a forged BYE,
+ * PONG, NOTICE or message). A message whose id is no peer's comes from a
+ * stranger introducing itself, which the API allows (a server learns its
+ * clients from their first message): it is delivered as before, its id
+ * unverified, and probes and notices from strangers change nothing. Linear
+ * in the peer table, as the liveness lookup; messages are not the data path. */
+static bool sender_ok(xfer_engine_t *e, unsigned nic, const struct nic_event *ev, uint64_t claimed)
+{
+	if (!ev->has_src)
+		return true;
+	bool named = false;
+	for (uint32_t i = 0; i < e->max_peers; i++) {
+		const struct peer *p = &e->peers[i];
+		if (!xi_peer_live(p) || p->engine_id != claimed)
+			continue;
+		if (e->ops.src_is(&e->nics[nic], ev->src, p->dest[nic]) == 1)
+			return true;
+		named = true;
+	}
+	return !named;
+}
+
 void xi_rx_done(struct worker *w, struct wr *wr, const struct nic_event *ev)
 {
 	xfer_engine_t *e = w->e;
@@ -70,6 +94,13 @@ void xi_rx_done(struct worker *w, struct wr *wr, const struct nic_event *ev)
 	if (xi_msg_decode(b, ev->len, e->attr.msg_max, &m)) {
 		xwarn("dropping malformed message of %zu bytes", ev->len);
 		xi_tel_nic(w->tel, wr->nic, TN_RECV_ERRORS, 1);
+		repost(w, wr);
+		return;
+	}
+	if (!sender_ok(e, wr->nic, ev, m.src_id)) {
+		xi_stat_add(&e->st.msgs_refused, 1);
+		xi_tel_nic(w->tel, wr->nic, TN_RECV_ERRORS, 1);
+		xdbg("dropping a message that claims to come from %016llx", (unsigned long long)m.src_id);
 		repost(w, wr);
 		return;
 	}

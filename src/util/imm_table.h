@@ -11,7 +11,10 @@
 
 struct imm_entry {
 	uint32_t imm;
-	uint32_t count;    /* arrivals not yet consumed by an expectation */
+	/* Arrivals not yet consumed by an expectation: 64-bit, so it cannot
+	 * wrap (2^64 arrivals: 584 years at a billion a second), and an
+	 * expectation after 2^32 arrivals still finds every one of them. */
+	uint64_t count;
 	uint32_t expected; /* 0: not armed */
 	bool used;
 	struct xi_target to; /* the armed expectation's completion (deadline UINT64_MAX: none) */

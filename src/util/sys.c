@@ -1,9 +1,11 @@
 #include "util/sys.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <linux/futex.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +15,32 @@ uint64_t xi_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t xi_random_u64(bool *strong)
+{
+	uint64_t v = 0;
+	ssize_t got;
+	do
+		got = getrandom(&v, sizeof(v), 0);
+	while (got < 0 && errno == EINTR);
+	if (got == (ssize_t)sizeof(v))
+		goto ok;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		got = read(fd, &v, sizeof(v));
+		close(fd);
+		if (got == (ssize_t)sizeof(v))
+			goto ok;
+	}
+	if (strong)
+		*strong = false;
+	v = (xi_now_ns() * 0x9e3779b97f4a7c15ull) ^ (uint64_t)(uintptr_t)&v ^ ((uint64_t)getpid() << 40);
+	return v;
+ok:
+	if (strong)
+		*strong = true;
+	return v;
 }
 
 uint64_t xi_deadline_after_ms(uint64_t ms)

@@ -18,6 +18,10 @@ static inline uint64_t xi_deadline_from(uint64_t now, uint64_t ms)
 		return UINT64_MAX;
 	return now + ms * 1000000ull;
 }
+/* 64 bits from the kernel's CSPRNG (getrandom, else /dev/urandom). Only
+ * when neither works (no such kernel here) a mix of clocks and addresses:
+ * then *strong is false and the caller must not rely on secrecy. */
+uint64_t xi_random_u64(bool *strong);
 void xi_futex_wake_all(atomic_uint *word);
 /* Sleeps while *word == expected, at most timeout_ms; 0 or -errno. */
 int xi_futex_wait_ms(atomic_uint *word, unsigned expected, uint64_t timeout_ms);

@@ -44,6 +44,9 @@ static int load(hwloc_topology_t *t)
 
 int xfer_topology(struct xfer_topo_dev *out, int max)
 {
+	/* (NULL, 0) counts the devices. */
+	if (max < 0 || (max > 0 && !out))
+		return -EINVAL;
 	hwloc_topology_t t;
 	int n = 0, ret = load(&t);
 	if (ret)
@@ -123,6 +126,8 @@ int xi_topology_pin_near(const char *ifname)
 /* A GPU's NICs: those on its NUMA node (all NICs when nothing is known). */
 int xfer_topology_nics_for_gpu(int gpu, char *nics, size_t cap)
 {
+	if (cap && !nics)
+		return -EINVAL;
 	struct xfer_topo_dev devs[64];
 	int n = xfer_topology(devs, 64);
 	if (n < 0)

@@ -11,5 +11,7 @@ extern const struct fault_case case_kill_target, case_dead_peer, case_peer_resta
 extern const struct fault_case case_partition, case_concurrent_peers, case_dead_peer_credits;
 extern const struct fault_case case_revoked_plain, case_dereged_plain, case_made_up_key, case_moved_base,
 	case_refused_large, case_send_beyond_buffers, case_kill_scatter;
+extern const struct fault_case case_old_key_rereg, case_neighbour, case_address_only, case_internal_bufs,
+	case_forged_sender;
 
 #endif

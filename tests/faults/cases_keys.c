@@ -82,11 +82,13 @@ const struct fault_case case_forged_key = {"forged_key", forged_init, untouched_
 
 /* ------------------------------------------------- the engine's own buffers */
 
-/* Keys are sequential within an engine, and the sink's is in every address:
- * a peer can guess those of the receive and SEND bounce buffers, registered
- * right after it. They are registered for local access only, so writes
- * through guessed keys are rejected (where addresses are offsets, as on
- * tcp, guessing the address is trivial too). */
+/* Keys used to be sequential within an engine, and the sink's is in every
+ * address: a peer could guess those of the receive and SEND bounce buffers,
+ * registered right after it. Keys are random now and those buffers are
+ * registered for local access only; writes through the old guesses are
+ * rejected (where addresses are offsets, as on tcp, guessing the address is
+ * trivial too). internal_buffers (cases_guess.c) writes through the real
+ * keys. */
 static int bounce_init(struct fault_init *f)
 {
 	uint8_t addr[XFER_ADDR_MAX], d[XFER_DESC_MAX];

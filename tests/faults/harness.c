@@ -106,6 +106,12 @@ static int stable_main(int fd)
 		uint64_t cmd = t_recv_u64(fd);
 		if (cmd == 0)
 			break;
+		if (cmd == F_STABLE_HOOK) {
+			CHECK(the_case->stable);
+			CHECK_OK(the_case->stable(fd));
+			round--; /* not a round of the stable check */
+			continue;
+		}
 		struct xfer_completion c = {.user_data = round, .timeout_ms = 10000};
 		CHECK_OK(xfer_expect_imm(e, STABLE_IMM, 1, &c));
 		t_send_u64(fd, round);

@@ -36,7 +36,13 @@ struct fault_case {
 	int (*target)(struct fault_target *t);
 	void (*tweak_attr)(struct xfer_attr *a, int role); /* role 0 initiator, 1 target, 2 stable */
 	int (*prepare)(void); /* before any process starts; nonzero skips (77) */
+	/* Run in the stable peer's process when the initiator sends it
+	 * F_STABLE_HOOK (a third party that the target never added); fd is the
+	 * initiator's socket. */
+	int (*stable)(int fd);
 };
+
+#define F_STABLE_HOOK UINT64_MAX
 
 /* Runs a case; returns the process exit code. */
 int fault_run(const struct fault_case *c);

@@ -5,6 +5,13 @@ weights: each ``block x block`` tile of the matrix gets one float32 scale
 
 Plain torch ops, on whatever device the input is: the trainer quantizes on
 its GPU (or CPU); the tests compare the bytes with a block-by-block loop.
+
+The result must be the same bytes on every device, so every division here
+has a tensor of the operand's shape as its divisor. PyTorch's CUDA kernel
+turns ``t / c`` with a host scalar ``c`` (a Python float, or a 0-dim CPU
+tensor) into ``t * (1 / c)``, which differs from the division by one ulp for
+some values: the first GPU run's scales differed from the CPU reference in
+most FP8 tensors, and the values wherever a rounding flipped with them.
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ def quantize(x, block: int = 128, out=None, scales_out=None) -> Tuple[object, ob
         xf = torch.nn.functional.pad(xf, (0, pc, 0, pr))
     tiles = xf.view(nrb, block, ncb, block)
     amax = tiles.abs().amax(dim=(1, 3))
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    # a divisor of amax's shape on amax's device: a true division on any device (module docstring)
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
     q = (tiles / scale[:, None, :, None]).clamp_(-FP8_MAX, FP8_MAX).view(nrb * block, ncb * block)
     q = q[:rows, :cols]
     if out is None:

@@ -142,13 +142,29 @@ def trainer_meshes(trainers: int, node: int) -> Tuple[List[Tuple[int, ...]], Lis
     return nodes, across
 
 
-def trainer_shards(spec: ModelSpec, trainers: int, node: int = 8, dtype: str = BF16) -> List[Sharded]:
+EXPERT_LAYOUTS = ("across", "node")
+
+
+def trainer_shards(spec: ModelSpec, trainers: int, node: int = 8, dtype: str = BF16,
+                   experts: str = "across") -> List[Sharded]:
+    """Every parameter's FSDP placement. Non-expert parameters: Shard(0) over
+    each node (one replica per node). Routed experts, by ``experts``:
+
+    * ``"across"``: Shard(0) across nodes, over the ranks with one local
+      index (expert e of layer l on local index ``(e + l) % node``);
+    * ``"node"``: expert parallelism across nodes, whole experts per node
+      (expert e of layer l on node ``(e + l) % nodes``), Shard(0) over that
+      node's GPUs, so that reassembling one (``full_tensor()``) stays on NVLink.
+    """
+    if experts not in EXPERT_LAYOUTS:
+        raise ValueError(f"experts must be one of {EXPERT_LAYOUTS}, not {experts!r}")
     nodes, across = trainer_meshes(trainers, node)
     out: List[Sharded] = []
     for name, shape, expert in spec.params():
         if expert:
             l, e = int(name.split(".")[1]), int(name.split(".")[3])
-            out.append(Sharded(name, shape, dtype, across[(e + l) % len(across)], 1))
+            meshes = across if experts == "across" else nodes
+            out.append(Sharded(name, shape, dtype, meshes[(e + l) % len(meshes)], 1))
         else:
             out += [Sharded(name, shape, dtype, m, 0) for m in nodes]
     return out

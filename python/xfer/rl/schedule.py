@@ -250,6 +250,10 @@ class Schedule:
                             or (task[4] != -1 and task[4] not in self.meshes[m])
                             or m not in self.boxes.get(task[2], {})):
                         raise ScheduleError(f"schedule: bad gather {task!r:.200}")
+        sl = self.options.get("trainer")
+        if sl is not None and (not isinstance(sl, int) or not 0 <= sl < T
+                               or any(any(tasks) for t, prog in enumerate(self.programs) if t != sl for tasks in prog)):
+            raise ScheduleError("schedule: a slice holds tasks of another trainer, or names no valid trainer")
         for t, prog in enumerate(self.programs):
             if len(prog) != len(self.groups):
                 raise ScheduleError(f"schedule: trainer {t} has {len(prog)} groups, not {len(self.groups)}")
@@ -330,7 +334,11 @@ class Schedule:
 
     def validate(self) -> None:
         """Every byte of every target of every inference rank is written exactly
-        once per update, nothing else is, and ``expected`` matches the writes."""
+        once per update, nothing else is, and ``expected`` matches the writes.
+        A slice (:meth:`for_trainer`) has no targets: only its structure is
+        checked (on parsing), the whole schedule was validated before."""
+        if self.sliced_for is not None:
+            return
         counts = [[0] * self.trainers for _ in range(self.ranks)]
         for t, prog in enumerate(self.programs):
             for tasks in prog:
@@ -378,6 +386,8 @@ class Schedule:
         destinations on that rank change; which trainer prepares and sends
         what stays. Returns the new schedule (epoch + 1) and how many
         destination entries were rewritten."""
+        if self.sliced_for is not None:
+            raise ScheduleError("retarget: this is a trainer's slice; patch the whole schedule, then slice it again")
         old = sorted(self.targets[rank], key=lambda t: t.offset)
         new = {t.name: t for t in targets}
         if len(new) != len(targets) or set(new) != {t.name for t in old}:
@@ -436,6 +446,58 @@ class Schedule:
                      programs, self.gathers, self.expected, rb, targets_all, dict(self.options), self.epoch + 1)
         s._validate_rank(rank)
         return s, changed
+
+    # ------------------------------------------------------------ slicing
+    @property
+    def sliced_for(self) -> Optional[int]:
+        """The trainer rank this schedule was cut for (:meth:`for_trainer`), or None."""
+        v = self.options.get("trainer")
+        return v if isinstance(v, int) else None
+
+    def for_trainer(self, rank: int) -> "Schedule":
+        """What trainer ``rank`` needs to run its updates, and nothing else:
+        its own tasks, the gathers of its meshes, the contents and parameters
+        they name (contents renumbered), every mesh (collectives are created
+        in the same order everywhere), the region sizes and the immediate
+        counts; no targets and no other rank's tasks. For Kimi-K2 at
+        256 -> 128 that is a small fraction of the whole schedule, which every
+        trainer would otherwise parse. Coverage is checked on the whole
+        schedule by the controller (``validate``) before it is cut; a slice
+        checks its structure only. Same epoch."""
+        if not 0 <= rank < self.trainers:
+            raise ValueError(f"for_trainer: no trainer {rank} (the schedule has {self.trainers})")
+        if self.sliced_for is not None:
+            raise ValueError(f"for_trainer: already a slice for trainer {self.sliced_for}")
+        with no_gc():
+            return self._slice(rank)
+
+    def _slice(self, rank: int) -> "Schedule":
+        remap: Dict[int, int] = {}
+        names = set()
+        programs: List[List[List[List[Any]]]] = [[[] for _ in self.groups] for _ in range(self.trainers)]
+        for g, tasks in enumerate(self.programs[rank]):
+            out = programs[rank][g]
+            for task in tasks:
+                if task[0] == "prep":
+                    ci = remap.setdefault(task[2], len(remap))
+                    names.update(p.source for p in self.contents[task[2]].pieces)
+                    task = task[:2] + [ci] + task[3:]
+                else:
+                    names.add(task[2])
+                out.append(task)
+        gathers: List[Dict[int, List[List[Any]]]] = []
+        for gm in self.gathers:
+            mine = {m: ts for m, ts in gm.items() if rank in self.meshes[m]}
+            for ts in mine.values():
+                names.update(t[2] for t in ts)
+            gathers.append(mine)
+        contents = [None] * len(remap)
+        for old, new in remap.items():
+            contents[new] = self.contents[old]
+        boxes = {p: {m: b for m, b in d.items() if rank in self.meshes[m]} for p, d in self.boxes.items() if p in names}
+        return Schedule(self.trainers, self.ranks, self.groups, {p: v for p, v in self.params.items() if p in names},
+                        self.meshes, {p: d for p, d in boxes.items() if d}, contents, programs, gathers, self.expected,
+                        self.region_bytes, [[] for _ in range(self.ranks)], {**self.options, "trainer": rank}, self.epoch)
 
     # ------------------------------------------------------------ figures
     def summary(self) -> Dict[str, Any]:

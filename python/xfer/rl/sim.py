@@ -106,6 +106,7 @@ class Scenario:
     ranks: int
     tp: int = 0  # inference instance size; 0: the smallest power of two holding FP8 weights in half of HBM
     node: int = 8
+    experts: str = "node"  # trainer layout of routed experts (models.trainer_shards; EXPERTS below)
 
     def instance(self, spec: models.ModelSpec) -> int:
         if self.tp:
@@ -119,7 +120,7 @@ def build(sc: Scenario, mode: str = "xfer"):
     tp = sc.instance(spec)
     if sc.ranks % tp:
         raise ValueError(f"{sc.ranks} inference ranks are not whole instances of {tp}")
-    sh = models.trainer_shards(spec, sc.trainers, sc.node)
+    sh = models.trainer_shards(spec, sc.trainers, sc.node, experts=sc.experts)
     tg, sizes = models.inference_targets(spec, sc.ranks // tp, tp)
     t0 = time.process_time()
     s = plan.build(sh, tg, region_bytes=sizes, mode=mode, validate=False)
@@ -136,11 +137,13 @@ def simulate(s, inp: Inputs, node: int = 8) -> Dict[str, Any]:
     groups = []
     crit = {k: 0.0 for k in STAGES + ("wait", "barrier")}
     busy_all = [0.0] * T
+    floor = 0.0  # every inference GPU's bytes through its own NIC: no plan can beat it
     for gi in range(len(s.groups)):
         st = {k: [0.0] * T for k in STAGES}
         out_b, in_b = [0] * T, [0] * T
         ing = [0] * M
         last = [0] * T
+        gathered = set()  # (param, rank): the full tensor is on that rank's GPU after a gather
         for m, tasks in s.gathers[gi].items():  # collectives: once per mesh, every member takes part
             mesh = s.meshes[m]
             cross = len({r // node for r in mesh}) > 1
@@ -151,8 +154,11 @@ def simulate(s, inp: Inputs, node: int = 8) -> Dict[str, Any]:
                 own = full / len(mesh)  # even shards (exact for torch.chunk up to the last rank)
                 for r in mesh:
                     st["gather"][r] += inp.gather_latency_us * 1e-6
+                    if inp.offload:  # the shard goes to the GPU before the collective reads it
+                        st["h2d"][r] += own / (inp.h2d_GBps * 1e9)
                 receivers = mesh if root == -1 else (root,)
                 for r in receivers:
+                    gathered.add((name, r))
                     if cross:
                         in_b[r] += full - own
                     else:
@@ -181,8 +187,13 @@ def simulate(s, inp: Inputs, node: int = 8) -> Dict[str, Any]:
                         st["quantize"][t] += elems * src_es / (inp.quant_GBps * 1e9) + inp.prep_launch_us * 1e-6
                     else:
                         st["fuse"][t] += inp.prep_launch_us * 1e-6
-                    if inp.offload:
-                        st["h2d"][t] += elems * src_es / (inp.h2d_GBps * 1e9)
+                    if inp.offload:  # the band's rows of sources that were not gathered here (copies
+                        # and gathered tensors need none: WRITEs read host memory directly)
+                        for pc in ct.pieces:
+                            if (pc.source, t) not in gathered:
+                                a, b = max(r0, pc.at[0]), min(r1, pc.at[0] + pc.height)
+                                if a < b:
+                                    st["h2d"][t] += (b - a) * pc.width * esize(s.params[pc.source][2]) / (inp.h2d_GBps * 1e9)
                     n = elems * esize(ct.dtype)
                     if ct.fp8:
                         b = ct.block
@@ -204,13 +215,14 @@ def simulate(s, inp: Inputs, node: int = 8) -> Dict[str, Any]:
         crit["wait"] += g_time - busy[slow] - inp.barrier_us * 1e-6
         for t in range(T):
             busy_all[t] += busy[t]
+        floor += max(ing) / bw
         groups.append({"group": s.groups[gi], "seconds": g_time, "network_s": net, "busiest_rank_s": max(busy),
                        "max_trainer_egress_GB": max(out_b) / 1e9, "max_inference_ingress_GB": max(ing) / 1e9,
                        "max_trainer_ingress_GB": max(in_b) / 1e9})
         total += g_time
     total += inp.barrier_us * 1e-6  # the final status exchange
     crit["barrier"] += inp.barrier_us * 1e-6
-    return {"seconds": total, "breakdown": crit, "groups": groups}
+    return {"seconds": total, "breakdown": crit, "groups": groups, "ingress_floor_s": floor}
 
 
 def baselines(s, inp: Inputs, node: int = 8) -> Dict[str, float]:
@@ -235,14 +247,21 @@ def baselines(s, inp: Inputs, node: int = 8) -> Dict[str, float]:
     return {"rank0_s": rank0, "ring_s": ring, "model_fp8_GB": model_out / 1e9, "model_bf16_GB": bf16 / 1e9}
 
 
-DEFAULTS = [Scenario("Kimi-K2", 256, 128), Scenario("DeepSeek-V3", 256, 128), Scenario("Qwen3-235B-A22B", 128, 32)]
+#: The table's layout rule (docs/rl.md): routed experts expert-parallel across
+#: nodes, FSDP within the node; everything else FSDP within the node.
+EXPERTS = "node"
+DEFAULTS = [Scenario("Kimi-K2", 256, 128, experts=EXPERTS), Scenario("DeepSeek-V3", 256, 128, experts=EXPERTS),
+            Scenario("Qwen3-235B-A22B", 128, 32, experts=EXPERTS)]
 PUBLISHED = {"Kimi-K2": 1.3, "Qwen3-235B-A22B": 2.0}
+#: The published per-rank breakdown of Kimi-K2 256 -> 128 (ms; fabric-lib
+#: paper / le.qun.ch 2025-09-17), in this simulator's stage names.
+PUBLISHED_KIMI_MS = {"h2d": 184, "gather": 518, "fuse": 18, "quantize": 88, "submit": 26, "wait": 357 + 42, "total": 1233}
 
 
 def table(inp: Inputs, scenarios: Sequence[Scenario] = DEFAULTS, modes=("xfer", "published")) -> List[Dict[str, Any]]:
     rows = []
     for sc in scenarios:
-        row: Dict[str, Any] = {"model": sc.model, "trainers": sc.trainers, "ranks": sc.ranks}
+        row: Dict[str, Any] = {"model": sc.model, "trainers": sc.trainers, "ranks": sc.ranks, "experts": sc.experts}
         for mode in modes:
             s, secs, tp = build(sc, mode)
             r = simulate(s, inp, sc.node)
@@ -274,6 +293,28 @@ def markdown(rows: List[Dict[str, Any]], inp: Inputs) -> str:
                    f"{ms(b['quantize'])} | {ms(b['submit'])} | {ms(b['wait'])} | {ms(b['barrier'])} | "
                    f"{r['published']['seconds']:.2f} s | {r['rank0_s']:.1f} s | {r['ring_s']:.1f} s | {pubs} | "
                    f"{r['xfer_schedule_cpu_s']:.1f} s |")
+    if rows and "published" in rows[0]:
+        out += ["", "The published design's plan on the same layouts (busiest trainer's host stages; wait = the rest):", "",
+                "| model | predicted | ingress floor | H2D | full tensor | fuse | quantize | RDMA submit | wait | barrier | published figure (it vs that) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            p = r["published"]
+            b = p["breakdown"]
+            ms = lambda x: f"{x * 1000:.1f} ms" if x < 0.01 else f"{x * 1000:.0f} ms"  # noqa: E731
+            pub = PUBLISHED.get(r["model"])
+            pubs = f"{pub:.1f} s ({(p['seconds'] / pub - 1) * 100:+.0f} %)" if pub else "—"
+            out.append(f"| {r['model']} | **{p['seconds']:.2f} s** | {p.get('ingress_floor_s', 0):.2f} s | {ms(b['h2d'])} | "
+                       f"{ms(b['gather'])} | {ms(b['fuse'])} | {ms(b['quantize'])} | {ms(b['submit'])} | {ms(b['wait'])} | "
+                       f"{ms(b['barrier'])} | {pubs} |")
+        k = PUBLISHED_KIMI_MS
+        out.append(f"| Kimi-K2, published per-rank breakdown | **{k['total'] / 1000:.2f} s** | | {k['h2d']} ms | {k['gather']} ms | "
+                   f"{k['fuse']} ms | {k['quantize']} ms | {k['submit']} ms | {k['wait']} ms (waiting 357 + remaining 42) | | |")
+    out.append("")
+    experts = {r.get("experts", "across") for r in rows}
+    out.append("Trainer layout: non-expert parameters FSDP within each node (a replica per node); routed experts "
+               + ("expert-parallel across nodes, whole experts per node, FSDP within the node" if experts == {"node"}
+                  else "FSDP across nodes (the ranks of one local index)" if experts == {"across"} else str(experts))
+               + ". Inference: instances of the smallest power of two GPUs holding the FP8 weights in half of HBM.")
     out.append("")
     out.append(f"Inputs ({inp.nic_gbps:.0f} Gbit/s per GPU):")
     for k, v in asdict(inp).items():
@@ -282,10 +323,12 @@ def markdown(rows: List[Dict[str, Any]], inp: Inputs) -> str:
     return "\n".join(out)
 
 
-def sweep(inp: Inputs, model: str, sizes: Sequence[Tuple[int, int]], gbps: Sequence[float]) -> Dict[str, Any]:
-    res: Dict[str, Any] = {"model": model, "gbps": list(gbps), "sizes": [list(x) for x in sizes], "xfer": [], "rank0": [], "ring": []}
+def sweep(inp: Inputs, model: str, sizes: Sequence[Tuple[int, int]], gbps: Sequence[float],
+          experts: str = EXPERTS) -> Dict[str, Any]:
+    res: Dict[str, Any] = {"model": model, "gbps": list(gbps), "sizes": [list(x) for x in sizes], "xfer": [], "rank0": [], "ring": [],
+                           "experts": experts}
     for T, M in sizes:
-        s, _, _ = build(Scenario(model, T, M))
+        s, _, _ = build(Scenario(model, T, M, experts=experts))
         row, r0, rg = [], [], []
         for g in gbps:
             i2 = Inputs(**{**asdict(inp), "nic_gbps": g})
@@ -338,6 +381,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="directory with engine-costs.json / h200-prep.json")
     ap.add_argument("--gbps", type=float, default=400.0)
     ap.add_argument("--offload", action="store_true", help="CPU-offloaded FSDP shards (adds the H2D stage)")
+    ap.add_argument("--experts", default=EXPERTS, choices=models.EXPERT_LAYOUTS,
+                    help="trainer layout of routed experts (models.trainer_shards)")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--json", help="write the table's numbers here")
     ap.add_argument("--render", help="print the table of a --json file again (no computation)")
@@ -346,7 +391,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     inp = Inputs(nic_gbps=a.gbps, offload=a.offload).load(os.path.abspath(a.measured))
     if a.schedule_time:
-        s, secs, tp = build(DEFAULTS[0])
+        s, secs, tp = build(Scenario("Kimi-K2", 256, 128, experts=a.experts))
         print(f"Kimi-K2 256 -> 128 ({128 // tp} x {tp}): schedule built in {secs:.2f} s of CPU time on one core")
         return 0
     if a.render:
@@ -355,13 +400,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(markdown(d["rows"], Inputs(**d["inputs"])))
         return 0
     if a.table or a.json:
-        rows = table(inp)
+        rows = table(inp, [Scenario(sc.model, sc.trainers, sc.ranks, sc.tp, sc.node, a.experts) for sc in DEFAULTS])
         print(markdown(rows, inp))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"inputs": asdict(inp), "rows": rows}, f, indent=1, default=float)
     if a.plot:
-        sw = sweep(inp, "Kimi-K2", [(64, 32), (128, 64), (256, 128), (512, 256)], [100, 200, 400, 800])
+        sw = sweep(inp, "Kimi-K2", [(64, 32), (128, 64), (256, 128), (512, 256)], [100, 200, 400, 800], a.experts)
         plot(sw, a.plot)
         with open(os.path.splitext(a.plot)[0] + ".json", "w") as f:
             json.dump(sw, f, indent=1)

@@ -78,6 +78,8 @@ class Trainer:
         import torch
 
         self.torch = torch
+        if schedule.sliced_for not in (None, rank):
+            raise ValueError(f"trainer {rank}: the schedule is the slice of trainer {schedule.sliced_for}")
         self.s = schedule
         self.rank = rank
         self.gather = gather
@@ -146,6 +148,8 @@ class Trainer:
         s = schedule if isinstance(schedule, Schedule) else Schedule.from_bytes(schedule)
         if (s.trainers, s.ranks) != (self.s.trainers, self.s.ranks) or s.epoch <= self.s.epoch:
             raise ValueError("replace_rank: the patched schedule does not follow the current one")
+        if s.sliced_for not in (None, self.rank):
+            raise ValueError(f"replace_rank: trainer {self.rank} got the slice of trainer {s.sliced_for}")
         for rr in self.remote[j]:
             rr.close()
         old = self.inf_peers[j]

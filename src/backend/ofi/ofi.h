@@ -22,6 +22,7 @@ struct ofi_nic {
 	struct fid_cq *cq;
 	int wait_fd;
 	uint64_t mr_mode;
+	bool source; /* FI_SOURCE: completions of receives name their sender */
 };
 
 /* The backend's ops table (ofi_open.c), for the registry. */
@@ -45,6 +46,7 @@ int xi_ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx
 int xi_ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max);
 int xi_ofi_wait_fd(struct xfer_nic *nic);
 int xi_ofi_trywait(struct xfer_nic *nic);
+int xi_ofi_src_is(struct xfer_nic *nic, uint64_t src, uint64_t dest);
 
 /* dma-buf registration arrived in libfabric 1.20 (FI_MR_DMABUF, struct
  * fi_mr_dmabuf); with older headers only the iface/device form exists. */

@@ -62,12 +62,12 @@ static const char *expand_provider(const char *p)
 	return p;
 }
 
-static struct fi_info *make_hints(const char *prov, uint64_t op_flags, bool hmem)
+static struct fi_info *make_hints(const char *prov, uint64_t op_flags, bool hmem, bool source)
 {
 	struct fi_info *h = fi_allocinfo();
 	if (!h)
 		return NULL;
-	h->caps = FI_MSG | FI_RMA | (hmem ? FI_HMEM : 0);
+	h->caps = FI_MSG | FI_RMA | (hmem ? FI_HMEM : 0) | (source ? FI_SOURCE : 0);
 	h->ep_attr->type = FI_EP_RDM;
 	/* We can supply a context per request, so providers that need one work. */
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -132,17 +132,21 @@ static struct fi_info *query(const char *prov, const char *domain, int want_hmem
 		first = !strcmp(dc, "0") ? 1 : 0;
 	for (int hmem = hmem_first ? 1 : 0; hmem >= 0; hmem--) {
 		for (size_t t = first; t < sizeof(tries) / sizeof(tries[0]); t++) {
-			struct fi_info *h = make_hints(prov, tries[t], hmem), *list = NULL;
-			if (!h)
-				return NULL;
-			int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &list);
-			fi_freeinfo(h);
-			struct fi_info *fi = ret == 0 ? first_usable(list, prov, domain) : NULL;
-			if (fi) {
-				*list_out = list;
-				return fi;
+			/* FI_SOURCE lets the core check who sent a message; a NIC
+			 * without it still works, trusting the id a message claims. */
+			for (int source = 1; source >= 0; source--) {
+				struct fi_info *h = make_hints(prov, tries[t], hmem, source), *list = NULL;
+				if (!h)
+					return NULL;
+				int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &list);
+				fi_freeinfo(h);
+				struct fi_info *fi = ret == 0 ? first_usable(list, prov, domain) : NULL;
+				if (fi) {
+					*list_out = list;
+					return fi;
+				}
+				fi_freeinfo(list);
 			}
-			fi_freeinfo(list);
 		}
 	}
 	return NULL;
@@ -270,6 +274,7 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 		goto nomem;
 	fi = o->info;
 	o->mr_mode = fi->domain_attr->mr_mode;
+	o->source = (fi->caps & FI_SOURCE) != 0;
 
 	int ret = fi_fabric(fi->fabric_attr, &o->fabric, NULL);
 	if (!ret)
@@ -308,9 +313,10 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	atomic_store(&nic->gpu_native, (fi->caps & FI_HMEM) != 0);
 	nic->dmabuf = OFI_HAVE_DMABUF && (fi->caps & FI_HMEM);
 	nic->delivery_complete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
-	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d, GPU memory %s", nic->index,
-	      nic->provider, nic->domain, (unsigned long long)o->mr_mode, nic->tx_size, nic->rx_size,
-	      o->wait_fd, (fi->caps & FI_HMEM) ? "native (FI_HMEM)" : "staged");
+	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d, GPU memory %s, senders %s",
+	      nic->index, nic->provider, nic->domain, (unsigned long long)o->mr_mode, nic->tx_size,
+	      nic->rx_size, o->wait_fd, (fi->caps & FI_HMEM) ? "native (FI_HMEM)" : "staged",
+	      o->source ? "checked (FI_SOURCE)" : "as claimed");
 	return 0;
 nomem:
 	ofi_close(nic);
@@ -331,4 +337,5 @@ const struct backend_ops xi_ofi_backend = {
 	.poll = xi_ofi_poll,
 	.wait_fd = xi_ofi_wait_fd,
 	.trywait = xi_ofi_trywait,
+	.src_is = xi_ofi_src_is,
 };

@@ -69,7 +69,8 @@ int xi_ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx
 	return xi_ofi_errno((int)ret);
 }
 
-static void translate(const struct fi_cq_data_entry *c, struct nic_event *ev)
+static void translate(const struct fi_cq_data_entry *c, fi_addr_t from, bool source,
+		      struct nic_event *ev)
 {
 	memset(ev, 0, sizeof(*ev));
 	if ((c->flags & FI_REMOTE_WRITE) || (c->flags & FI_REMOTE_CQ_DATA && !(c->flags & FI_RECV))) {
@@ -79,6 +80,8 @@ static void translate(const struct fi_cq_data_entry *c, struct nic_event *ev)
 		ev->type = NIC_EV_RECV;
 		ev->ctx = c->op_context;
 		ev->len = c->len;
+		ev->has_src = source;
+		ev->src = from == FI_ADDR_NOTAVAIL ? NIC_SRC_UNKNOWN : from;
 	} else {
 		ev->type = NIC_EV_TX;
 		ev->ctx = c->op_context;
@@ -111,14 +114,17 @@ int xi_ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 {
 	struct ofi_nic *o = nic->priv;
 	struct fi_cq_data_entry c[32];
+	fi_addr_t from[32];
 	int n = 0;
 	if (max > 32)
 		max = 32;
 	while (n < max) {
-		ssize_t want = max - n, got = fi_cq_read(o->cq, c, (size_t)want);
+		ssize_t want = max - n;
+		ssize_t got = o->source ? fi_cq_readfrom(o->cq, c, (size_t)want, from)
+					: fi_cq_read(o->cq, c, (size_t)want);
 		if (got > 0) {
 			for (ssize_t i = 0; i < got; i++)
-				translate(&c[i], &ev[n + i]);
+				translate(&c[i], o->source ? from[i] : FI_ADDR_NOTAVAIL, o->source, &ev[n + i]);
 			n += (int)got;
 			if (got < want)
 				break; /* drained: no second call on the common path */
@@ -152,4 +158,11 @@ int xi_ofi_trywait(struct xfer_nic *nic)
 		return 0;
 	int ret = fi_trywait(o->fabric, &f, 1);
 	return ret == 0 ? 0 : -EAGAIN;
+}
+
+int xi_ofi_src_is(struct xfer_nic *nic, uint64_t src, uint64_t dest)
+{
+	(void)nic;
+	/* FI_SOURCE reports the sender's entry in our address vector. */
+	return src != NIC_SRC_UNKNOWN && src == dest;
 }

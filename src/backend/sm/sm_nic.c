@@ -124,6 +124,15 @@ static int sm_av_remove(struct xfer_nic *nic, uint64_t dest)
 	return 0;
 }
 
+/* Senders are told apart by process (the kernel's word on the peer of each
+ * socket): engines in one process share an address space and could write
+ * each other's memory anyway. */
+static int sm_src_is(struct xfer_nic *nic, uint64_t src, uint64_t dest)
+{
+	struct sm_conn *c = xi_sm_conn_of(nic->priv, dest);
+	return c && src != NIC_SRC_UNKNOWN && (uint64_t)(uint32_t)c->pid == src;
+}
+
 static int sm_post_send(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
 			void *ctx)
 {
@@ -291,6 +300,7 @@ static const struct backend_ops sm_backend_ops = {
 	.mr_dereg = sm_mr_dereg,
 	.av_insert = sm_av_insert,
 	.av_remove = sm_av_remove,
+	.src_is = sm_src_is,
 	.post_send = sm_post_send,
 	.post_recv = sm_post_recv,
 	.post_write = sm_post_write,

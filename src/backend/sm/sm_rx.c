@@ -55,10 +55,13 @@ static void ev_remote_write(struct sm_evbuf *b, uint32_t imm)
 	b->ev[b->n++] = (struct nic_event){.type = NIC_EV_REMOTE_WRITE, .imm = imm};
 }
 
-static void ev_recv(struct sm_evbuf *b, void *ctx, size_t len, int status)
+/* The sender is the process at the other end of c (SO_PEERCRED, verified by
+ * the kernel at connection time): sm_src_is matches it against an entry. */
+static void ev_recv(struct sm_evbuf *b, const struct sm_conn *c, void *ctx, size_t len, int status)
 {
 	b->ev[b->n++] = (struct nic_event){.type = NIC_EV_RECV, .status = status, .ctx = ctx,
-					   .len = status ? 0 : len};
+					   .len = status ? 0 : len, .has_src = true,
+					   .src = (uint64_t)(uint32_t)c->pid};
 }
 
 static uint8_t *dest_of(const struct sm_nic *s, uint64_t key, uint64_t off, uint64_t len)
@@ -278,7 +281,7 @@ static void deliver(struct sm_conn *c, uint64_t seq, const struct sm_req_view *v
 		memcpy(r.buf, slot_data(c, seq), v->len);
 	else
 		st = pull(c->pid, r.buf, v->src, v->len, 0);
-	ev_recv(b, r.ctx, v->len, st);
+	ev_recv(b, c, r.ctx, v->len, st);
 	complete(c, seq, st);
 }
 
@@ -360,7 +363,7 @@ static int send_piece(struct sm_conn *c, const struct sm_req_view *v, struct sm_
 	if (v->flags & SM_F_LAST) {
 		if (!st && a->off != a->total)
 			st = -EPROTO;
-		ev_recv(b, a->recv_ctx, a->total, st);
+		ev_recv(b, c, a->recv_ctx, a->total, st);
 		a->active = false;
 		a->recv_ctx = NULL;
 	}
