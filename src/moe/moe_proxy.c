@@ -682,3 +682,49 @@ void *xi_moe_proxy_main(void *arg)
 	}
 	return NULL;
 }
+
+/* Diagnostics for a stuck round (xfer_moe_debug_state): what the proxy has
+ * done of each slot and what it still waits for. Read from another thread
+ * while the proxy runs: plain fields are read relaxed, a snapshot that may be
+ * a moment old, never acted on. */
+static uint32_t peek32(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static bool peek_bool(const bool *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+int xfer_moe_debug_state(const xfer_moe_t *mc, char *buf, size_t cap)
+{
+	const struct xfer_moe *m = mc;
+	if (!m || !buf || !cap)
+		return -EINVAL;
+	static const char *const step_names[] = {"route", "priv", "rows", "cons", "comb", "nocomb", "comb_done"};
+	struct xfer_moe_stats st;
+	xfer_moe_get_stats(mc, &st);
+	int o = snprintf(buf, cap, "proxy: next round %u, %u remote ranks, failed %d, abort_from %u; "
+			 "stats rounds %" PRIu64 " combines %" PRIu64 " private %" PRIu64 " overflow %" PRIu64
+			 " bytes %" PRIu64 " busy %" PRIu64 " us",
+			 peek32(&m->next_round), m->n_remote, atomic_load(&m->failed), atomic_load(&m->abort_from),
+			 st.rounds, st.combines, st.private_records, st.overflow_records, st.bytes_sent,
+			 st.busy_ns / 1000);
+	for (int k = 0; k < 2; k++) {
+		const struct moe_slot *s = &m->slot[k];
+		uint32_t steps = peek32(&s->steps);
+		o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, "; slot %d: round %u %s steps", k,
+			      peek32(&s->round), peek_bool(&s->active) ? "active" : "idle");
+		for (unsigned b = 0; b < sizeof(step_names) / sizeof(step_names[0]); b++)
+			if (steps & (1u << b))
+				o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, " %s", step_names[b]);
+		o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0,
+			      "; waiting for: route vectors %u, sources' tokens %u, our scatters %u, CONS %u, "
+			      "combine rows %u, combine scatter %u; engine ops %u",
+			      atomic_load(&s->route_left), atomic_load(&s->data_left), atomic_load(&s->tx_left),
+			      atomic_load(&s->cons_left), atomic_load(&s->comb_left), atomic_load(&s->comb_tx_left),
+			      atomic_load(&s->ops));
+	}
+	return o < (int)cap ? o : (int)cap - 1;
+}
