@@ -15,7 +15,7 @@
 # Each step is separate, has its own timeout and log (OUT/<step>.log, the
 # tail of a failing one is repeated on stdout), and the script goes on after
 # a failure. Steps run most important first; once BUDGET seconds (default
-# 215) have passed the rest are listed as skipped, so that a hang cannot eat
+# 200) have passed the rest are listed as skipped, so that a hang cannot eat
 # the device time. About 3.5 minutes on one H200 when everything works.
 #
 #   scripts/device-moe.sh OUT_DIR     (BUDGET=600 for all; DEVICE=cpu: a dry run of the CPU-capable
@@ -28,7 +28,7 @@ export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_L
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 py=${PYTHON:-python3}
 dev=${DEVICE:-cuda}
-budget=${BUDGET:-215}
+budget=${BUDGET:-200}
 iters=${ITERS:-1000}
 pf=""
 if [ "$dev" = cpu ]; then # a dry run: few rounds, a small prefill
@@ -111,12 +111,22 @@ step env 30 bash -c "nvidia-smi; nvidia-smi -q | grep -i -E 'compute mode|mig mo
 	$py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count(), \"GPU(s)\")'; \
 	ls -la build/libxfer.so* build/libxfer_moe_cuda.so; \
 	$py -c 'from xfer import _moe_lib as m; print(\"libxfer_moe_cuda version\", m.g.cuda_version(), m.CUDA_LIBRARY_PATH)'; \
-	echo CUDA_MODULE_LOADING=\${CUDA_MODULE_LOADING:-unset}"
+	echo CUDA_MODULE_LOADING=\${CUDA_MODULE_LOADING:-unset} CUDA_DEVICE_MAX_CONNECTIONS=\${CUDA_DEVICE_MAX_CONNECTIONS:-unset}"
 
-# 1. the engine path (every rank remote: staged over tcp, XFER_GPU_IPC=0), which failed in the first run;
-#    if it fails again, once more with every module loaded eagerly (tells a lazy-loading deadlock apart)
-if ! step gpu-2-engine 50 $py $t --world 2 --device "$dev" --mode engine --rounds 6 --variants fp8; then
-	step gpu-2-engine-eager 50 env CUDA_MODULE_LOADING=EAGER $py $t --world 2 --device "$dev" --mode engine --rounds 4
+# 1. the engine path (every rank remote: staged over tcp, XFER_GPU_IPC=0), which failed in the first run
+#    (the proxy's staging copies never finished while a wait kernel spun). If it fails again, two
+#    suspects apart: a lazy kernel load synchronizing the context (CUDA_MODULE_LOADING=EAGER), and the
+#    engine's copy stream sharing a hardware queue with the spinning kernel's stream (more queues:
+#    CUDA_DEVICE_MAX_CONNECTIONS=32; torch makes dozens of streams, the default is 8 queues). Whichever
+#    passes is kept for every later step, and summary.txt says so.
+if ! step gpu-2-engine 40 $py $t --world 2 --device "$dev" --mode engine --rounds 6 --variants fp8; then
+	if step gpu-2-engine-eager 40 env CUDA_MODULE_LOADING=EAGER $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
+		export CUDA_MODULE_LOADING=EAGER
+		note "kept for the later steps: CUDA_MODULE_LOADING=EAGER"
+	elif step gpu-2-engine-conn32 40 env CUDA_DEVICE_MAX_CONNECTIONS=32 $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
+		export CUDA_DEVICE_MAX_CONNECTIONS=32
+		note "kept for the later steps: CUDA_DEVICE_MAX_CONNECTIONS=32"
+	fi
 fi
 # 2. the same-host path, 2 ranks on one GPU: bf16, then fp8 quantized by the kernel with the halves split
 step gpu-2-ipc 40 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
@@ -127,14 +137,15 @@ step bench-decode-engine 60 $py $b --device "$dev" --shape decode --world 2 --mo
 # 4. four ranks: one host, all remote, then hosts of two (IPC and the engine at once)
 step gpu-4-ipc 45 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
 step gpu-4-engine 50 $py $t --world 4 --device "$dev" --mode engine --rounds 6 --layout packed --variants fp8
+# 5. prefill (4096 tokens per rank): the benchmark also captures and replays CUDA graphs
+step bench-prefill-ipc 80 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
+	--json "$out/bench-prefill-ipc.json"
 if [ "$dev" = cuda ]; then
-	# 5. CUDA graphs: a whole round captured, replayed with new inputs
+	# 6. CUDA graphs: a whole round captured, replayed with new inputs
 	step gpu-2-graph-ipc 40 $py $t --world 2 --device cuda --mode ipc --check graph
 	step gpu-2-graph-engine 40 $py $t --world 2 --device cuda --mode engine --check graph
 fi
-# 6. prefill (4096 tokens per rank), then decode without MPS for the comparison, then mixed hosts
-step bench-prefill-ipc 90 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
-	--json "$out/bench-prefill-ipc.json"
+# 7. decode without MPS for the comparison, then mixed hosts
 if [ "$mps" = on ]; then
 	step bench-decode-ipc-nomps 45 env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY \
 		$py $b --device cuda --shape decode --world 2 --mode ipc --iters $iters --per-graph 50 \
