@@ -93,9 +93,10 @@ bench-multinic: build
 	$(BUILD)/bin/xfer-bench-multinic $(RATE)
 
 # libFuzzer over every parser of untrusted bytes, FUZZ_SECONDS each: the
-# address and descriptor parsers (fuzz_wire) and the in-band message codec
-# (fuzz_msg), from the corpora in the repository (copied, so that new finds
-# do not dirty the tree).
+# address and descriptor parsers (fuzz_wire), the in-band message codec
+# (fuzz_msg) and what the same-host backend reads from peers (fuzz_sm), from
+# the corpora in the repository (copied, so that new finds do not dirty the
+# tree).
 FUZZ_SECONDS ?= 60
 FUZZ_CC = clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
 fuzz:
@@ -106,6 +107,10 @@ fuzz:
 	$(FUZZ_CC) tests/fuzz/fuzz_msg.c src/wire/msg.c -o $(BUILD)/fuzz_msg
 	$(BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_msg -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus-msg
+	mkdir -p $(BUILD)/fuzz-corpus-sm
+	cp tests/fuzz/corpus-sm/* $(BUILD)/fuzz-corpus-sm/
+	$(FUZZ_CC) tests/fuzz/fuzz_sm.c src/backend/sm/sm_wire.c -o $(BUILD)/fuzz_sm
+	$(BUILD)/fuzz_sm -max_total_time=$(FUZZ_SECONDS) -max_len=256 $(BUILD)/fuzz-corpus-sm
 
 # Random operations with checksums for SOAK_SECONDS on both providers.
 SOAK_SECONDS ?= 60

@@ -79,7 +79,8 @@ typedef void (*xfer_peer_down_fn)(void *ctx, uint32_t peer, uint64_t engine_id, 
 void xfer_peer_down_notify_fd(void *ctx, uint32_t peer, uint64_t engine_id, int reason);
 
 struct xfer_attr {
-	const char *provider;  /* "auto", "tcp", "shm", "verbs", "efa" or a full name */
+	const char *provider;  /* "auto", "tcp", "shm" (xfer's own, same host), "verbs", "efa",
+				* "ofi-shm" (libfabric's shm) or a full libfabric name */
 	const char *nics;      /* comma-separated domain names ("lo,veth0"); NULL: first */
 	int worker_cpu;        /* CPU to pin the worker to; -1: unpinned; XFER_CPU_AUTO */
 	uint32_t submit_depth; /* capacity of the submission queue (power of two) */
@@ -126,7 +127,7 @@ struct xfer_nic_info {
 	uint32_t tx_depth, rx_depth;
 	uint64_t max_msg;
 	/* 1: a write completes once its data is at the target, and a write the
-	 * target rejects completes with an error. 0 (shm): completes once sent;
+	 * target rejects completes with an error. 0 (ofi-shm): completes once sent;
 	 * a rejected write still lands nothing, but the writer is not told. */
 	int delivery_complete;
 	/* "native": opened with FI_HMEM, GPU regions registered in place (untested
@@ -329,7 +330,7 @@ int xfer_barrier(xfer_engine_t *e, xfer_group_t *g, uint32_t imm, const struct x
  * operations has completed at the provider, or with -ETIMEDOUT at its
  * deadline (-ENOSPC: 64 cancels already pending). Where the NIC has
  * delivery-complete (xfer_nic_info), that means nothing of them can still
- * land; on transmit-complete providers (shm) a small write already handed
+ * land; on transmit-complete providers (ofi-shm) a small write already handed
  * over may still be applied when the target next polls. */
 int xfer_cancel(xfer_engine_t *e, uint64_t tag, const struct xfer_completion *c);
 

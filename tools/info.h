@@ -29,10 +29,13 @@ struct info_engine {
 	int addr_len;
 };
 
+/* the providers info_probe tries, one engine each (info_probe.c's list) */
+#define INFO_PROVIDER_MAX 8
+
 struct info {
 	struct xfer_attr attr;       /* defaults + environment + options */
 	struct info_engine selected; /* exactly what an engine gets with attr */
-	struct info_engine providers[4];
+	struct info_engine providers[INFO_PROVIDER_MAX];
 	int nproviders;
 	struct xfer_topo_dev devs[INFO_DEV_MAX];
 	int ndevs;                    /* or xfer_topology's error */

@@ -40,7 +40,8 @@ void info_probe(struct info *in)
 
 	/* Availability of each provider on its own first NIC, quietly: a missing
 	 * provider is an answer here, not a warning. */
-	static const char *const names[] = {"efa", "verbs", "tcp", "shm"};
+	static const char *const names[] = {"efa", "verbs", "tcp", "shm", "ofi-shm"};
+	_Static_assert(sizeof(names) / sizeof(names[0]) <= INFO_PROVIDER_MAX, "info.providers too small");
 	in->nproviders = (int)(sizeof(names) / sizeof(names[0]));
 	for (int i = 0; i < in->nproviders; i++) {
 		struct xfer_attr p = in->attr;

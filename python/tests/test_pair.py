@@ -41,8 +41,9 @@ def test_identity(pair: Pair) -> None:
     assert pair.provider.split(";")[0] in pair.engine.provider
     info = pair.engine.nic_info()
     assert info.provider == pair.engine.provider and info.domain == pair.engine.nics[0]
-    # tcp completes a write once its data is at the target; shm once it is sent.
-    assert info.delivery_complete is (pair.provider == "tcp")
+    # tcp and xfer's shm complete a write once its data is at the target;
+    # libfabric's shm (ofi-shm) once it is sent.
+    assert info.delivery_complete is (pair.provider != "ofi-shm")
     theirs = pair.remote.check("nic_info")
     assert theirs["provider"] == info.provider and theirs["delivery_complete"] == info.delivery_complete
 
@@ -372,9 +373,9 @@ def test_removed_peer_makes_regions_stale(provider: str) -> None:
     assert st["write_imm_removed"] in ("NotFound", "PeerError")
     # (libfabric reports a segfault itself: "terminated with signal 11", exit 1.)
     crashed = r.returncode == -signal.SIGSEGV or "terminated with signal 11" in r.stderr
-    if "first_handle" not in steps and provider == "shm" and crashed:
+    if "first_handle" not in steps and provider == "ofi-shm" and crashed:
         pytest.xfail(
-            "libxfer gap on shm: after xfer_peer_remove of a second handle to the same engine, the next "
+            "libxfer gap on ofi-shm: after xfer_peer_remove of a second handle to the same engine, the next "
             "write through the first handle crashes (SIGSEGV in libfabric's shm, pthread_spin_lock): "
             "removing one handle tears down the peer mapping the other still uses"
         )
@@ -494,9 +495,9 @@ def test_dead_peer_releases_its_resources(provider: str) -> None:
         assert wait_until(lambda: peer.state == "dead", HB_MS * HB_MISSES / 1000 + 2.0)
         assert all(op.done() for op in ops)
         released = wait_until(lambda: _try_close(src), 2)
-        if not released and provider == "shm":
+        if not released and provider == "ofi-shm":
             pytest.xfail(
-                "libxfer gap on shm: writes posted to a peer that died never complete in the provider, "
+                "libxfer gap on ofi-shm: writes posted to a peer that died never complete in the provider, "
                 "so after its death the source region stays Busy (xfer_mr_dereg -EBUSY) and the peer "
                 "cannot be removed (xfer_peer_remove -EBUSY) until the engine stops"
             )
@@ -581,10 +582,10 @@ def test_revoke_late_writes_do_not_land(pair: Pair) -> None:
 
 def test_revoke_late_plain_writes_do_not_land(pair: Pair, request) -> None:
     """As above for writes without an immediate."""
-    if pair.provider == "shm":
+    if pair.provider == "ofi-shm":
         request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "libxfer/shm gap: after xfer_mr_revoke, writes WITHOUT an immediate (fi_write) still land "
-            "in the revoked region on shm (writes with one are refused)")))
+            "libfabric shm gap: after xfer_mr_revoke, writes WITHOUT an immediate (fi_write) still land "
+            "in the revoked region on ofi-shm (writes with one are refused)")))
     eng, remote, peer = pair.engine, pair.remote, pair.peer
     n = 16 * KIB
     dst = eng.import_region(peer, remote.region("rev-plain", n, guard=256))
@@ -616,9 +617,9 @@ def test_refused_large_write_completes(provider: str) -> None:
         src = eng.register(np.ones(64 * KIB, np.uint8))
         op = eng.write(src, dst, 16 * KIB, imm=127, timeout_ms=1000)
         err = op.exception(10)
-        if provider == "shm" and isinstance(err, xfer.TimeoutError):
+        if provider == "ofi-shm" and isinstance(err, xfer.TimeoutError):
             pytest.xfail(
-                "libxfer/shm gap: a write with an immediate over 4 KiB into a revoked region never "
+                "libfabric shm gap: a write with an immediate over 4 KiB into a revoked region never "
                 "completes on shm (it ends at its deadline with ETIMEDOUT, and keeps its region busy), "
                 "though shm should complete it once sent"
             )
@@ -756,7 +757,7 @@ def test_scatter_reports_each_entry(fleet: Fleet) -> None:
     src_arr = rand_bytes(8 * KIB, 18)
     with eng.group(fleet.peers) as group, eng.register(src_arr) as src:
         # (4 KiB to the revoked member: larger refused writes never complete on
-        # shm, see test_refused_large_write_completes.)
+        # ofi-shm, see test_refused_large_write_completes.)
         sizes = [8 * KIB, 4 * KIB, 8 * KIB]
         c = eng.scatter(group, src, [(i, dsts[i], sizes[i]) for i in range(3)], imm=133, timeout_ms=5000)
         err = c.exception(10)

@@ -113,6 +113,9 @@ static int stable_main(int fd)
 		CHECK(cqe.user_data == round && cqe.res == 0);
 		t_fill(want, STABLE_LEN, 1000 + round);
 		CHECK(memcmp(buf, want, STABLE_LEN) == 0);
+		/* A case may write here next (a scatter): order our worker after this
+		 * read, as causality through other processes is invisible to TSan. */
+		t_sync_worker(e);
 		t_send_u64(fd, round);
 	}
 	CHECK_OK(xfer_mr_dereg(mr));

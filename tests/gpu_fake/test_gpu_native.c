@@ -9,8 +9,9 @@
  *           its device (and dma-buf) and gets no mirror nor STAGED flag; on
  *           other NICs, or after the NIC refused, it is mirrored and staged;
  *   hints   the real providers: tcp is asked for FI_HMEM and falls back,
- *           shm is asked only with XFER_GPU_NATIVE=1 and then offers it; a
- *           registration it cannot do (libfabric without CUDA) falls back;
+ *           libfabric's shm (ofi-shm) is asked only with XFER_GPU_NATIVE=1
+ *           and then offers it; a registration it cannot do (libfabric
+ *           without CUDA) falls back; xfer's own shm always stages;
  *   e2e     two processes whose NICs claim FI_HMEM: single, paged and
  *           scatter writes go straight into the (fake) device memory with
  *           their immediates, no staging copy and no notice.
@@ -276,8 +277,10 @@ static int case_hints(void)
 	e = t_engine(&a);
 	const char *path = gpu_path(e);
 	printf("hints: %s with XFER_GPU_NATIVE=1: %s\n", prov, path);
+	if (!strcmp(prov, "ofi-shm"))
+		CHECK(!strcmp(path, "native")); /* libfabric 1.17's shm offers FI_HMEM when asked */
 	if (!strcmp(prov, "shm"))
-		CHECK(!strcmp(path, "native")); /* shm 1.17 offers FI_HMEM when asked */
+		CHECK(!strcmp(path, "staged")); /* xfer's same-host backend registers no device memory */
 	xfer_mr_t *mr;
 	CHECK_OK(xfer_mr_reg(e, gpu, 1u << 16, &mr));
 	/* Registered in place, or refused by a libfabric without CUDA and then

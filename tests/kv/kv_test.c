@@ -221,16 +221,17 @@ static void busy_us(uint32_t us)
 		;
 }
 
-/* Dies (or freezes) in the middle of a request, but on shm not in the middle
- * of posting: libfabric 1.17's shm provider takes a spin lock inside the
- * receiver's shared region to post, and a process killed or stopped while
- * holding it leaves the receiver's progress spinning until it resumes, or
- * forever. So on shm it waits until the writes submitted so far have
- * completed (the next layers are still to come). */
+/* Dies (or freezes) in the middle of a request, and in the middle of
+ * posting, except on libfabric's shm (ofi-shm): it takes a spin lock inside
+ * the receiver's shared region to post, and a process killed or stopped
+ * while holding it leaves the receiver's progress spinning until it resumes,
+ * or forever. So there it waits until the writes submitted so far have
+ * completed (the next layers are still to come). xfer's shm holds no lock
+ * in shared memory. */
 static void stop_between_writes(xfer_kv_prefiller_t *p, int sig)
 {
 	xfer_engine_t *e = xfer_kv_prefiller_engine(p);
-	if (!strcmp(xfer_engine_provider(e), "shm")) {
+	if (!strcmp(xfer_engine_provider(e), "ofi-shm")) {
 		uint64_t until = kvt_ms() + 2000;
 		struct xfer_stats st;
 		do {

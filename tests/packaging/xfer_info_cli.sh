@@ -59,7 +59,7 @@ s = d["selected"]
 assert d["version"] == version, d["version"]
 assert s["ok"] and s["chosen"] == want, s
 assert dom == "-" or s["nic"][0]["domain"] == dom, s["nic"]
-assert {p["provider"] for p in d["providers"]} == {"efa", "verbs", "tcp", "shm"}, d["providers"]
+assert {p["provider"] for p in d["providers"]} == {"efa", "verbs", "tcp", "shm", "ofi-shm"}, d["providers"]
 assert "devices" in d["topology"] and "submit_depth" in d["config"]
 print("xfer_info_cli: %s -> %s on %s" % (s["provider"], s["chosen"], s["nic"][0]["domain"]))
 PY

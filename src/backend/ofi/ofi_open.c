@@ -43,8 +43,18 @@ int xi_ofi_errno(int ret)
 	}
 }
 
+/* "ofi-NAME" asks for libfabric's NAME explicitly (e.g. "ofi-shm", since
+ * "shm" selects xfer's own same-host backend); the NIC then reports the
+ * name as asked, so that peers of the two shm backends never mix. */
+static const char *explicit_ofi(const char *p)
+{
+	return p && !strncmp(p, "ofi-", 4) && p[4] ? p + 4 : NULL;
+}
+
 static const char *expand_provider(const char *p)
 {
+	if (explicit_ofi(p))
+		p = explicit_ofi(p);
 	if (!strcmp(p, "tcp"))
 		return "tcp;ofi_rxm";
 	if (!strcmp(p, "verbs"))
@@ -288,7 +298,8 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 		ofi_close(nic);
 		return xi_ofi_errno(ret);
 	}
-	snprintf(nic->provider, sizeof(nic->provider), "%s", fi->fabric_attr->prov_name);
+	snprintf(nic->provider, sizeof(nic->provider), "%s",
+		 explicit_ofi(provider) ? provider : fi->fabric_attr->prov_name);
 	snprintf(nic->domain, sizeof(nic->domain), "%s", fi->domain_attr->name);
 	nic->tx_size = (uint32_t)(fi->tx_attr->size > 65536 ? 65536 : fi->tx_attr->size);
 	nic->rx_size = (uint32_t)(fi->rx_attr->size > 65536 ? 65536 : fi->rx_attr->size);
