@@ -14,9 +14,10 @@
 #
 # Each step is separate, has its own timeout and log (OUT/<step>.log, the
 # tail of a failing one is repeated on stdout), and the script goes on after
-# a failure. Steps run most important first; once BUDGET seconds (default
-# 200) have passed the rest are listed as skipped, so that a hang cannot eat
-# the device time. About 3.5 minutes on one H200 when everything works.
+# a failure. Steps run most important first (ORDER=figures, the default: the
+# benchmarks; ORDER=full: the correctness checks first); once BUDGET seconds (default
+# 80) have passed the rest are listed as skipped, so that a hang cannot eat
+# the device time. About 100 s on one H200 by default; BUDGET=200 ORDER=full for the checks.
 #
 #   scripts/device-moe.sh OUT_DIR     (BUDGET=600 for all; DEVICE=cpu: a dry run of the CPU-capable
 #                                      steps; TSCALE=N multiplies every step's timeout)
@@ -28,7 +29,7 @@ export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_L
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 py=${PYTHON:-python3}
 dev=${DEVICE:-cuda}
-budget=${BUDGET:-200}
+budget=${BUDGET:-80}
 iters=${ITERS:-1000}
 pf=""
 if [ "$dev" = cpu ]; then # a dry run: few rounds, a small prefill
@@ -71,7 +72,12 @@ mps_stop() {
 		rm -rf /tmp/xfer-mps-pipe /tmp/xfer-mps-log
 	fi
 }
-trap mps_stop EXIT
+finish() {
+	mps_stop
+	# one file for the lead's device tool, which brings back only a few
+	tar czf "/tmp/moe-logs.$$.tgz" -C "$out" --exclude moe-logs.tar.gz . 2>/dev/null && mv "/tmp/moe-logs.$$.tgz" "$out/moe-logs.tar.gz"
+}
+trap finish EXIT
 if [ "$dev" != cuda ]; then
 	mps_why="device $dev"
 elif [ "${MPS:-1}" = 0 ]; then
@@ -113,44 +119,58 @@ step env 30 bash -c "nvidia-smi; nvidia-smi -q | grep -i -E 'compute mode|mig mo
 	$py -c 'from xfer import _moe_lib as m; print(\"libxfer_moe_cuda version\", m.g.cuda_version(), m.CUDA_LIBRARY_PATH)'; \
 	echo CUDA_MODULE_LOADING=\${CUDA_MODULE_LOADING:-unset} CUDA_DEVICE_MAX_CONNECTIONS=\${CUDA_DEVICE_MAX_CONNECTIONS:-unset}"
 
-# 1. the engine path (every rank remote: staged over tcp, XFER_GPU_IPC=0), which failed in the first run
-#    (the proxy's staging copies never finished while a wait kernel spun). If it fails again, two
-#    suspects apart: a lazy kernel load synchronizing the context (CUDA_MODULE_LOADING=EAGER), and the
-#    engine's copy stream sharing a hardware queue with the spinning kernel's stream (more queues:
-#    CUDA_DEVICE_MAX_CONNECTIONS=32; torch makes dozens of streams, the default is 8 queues). Whichever
-#    passes is kept for every later step, and summary.txt says so.
-if ! step gpu-2-engine 40 $py $t --world 2 --device "$dev" --mode engine --rounds 6 --variants fp8; then
-	if step gpu-2-engine-eager 40 env CUDA_MODULE_LOADING=EAGER $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
-		export CUDA_MODULE_LOADING=EAGER
-		note "kept for the later steps: CUDA_MODULE_LOADING=EAGER"
-	elif step gpu-2-engine-conn32 40 env CUDA_DEVICE_MAX_CONNECTIONS=32 $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
-		export CUDA_DEVICE_MAX_CONNECTIONS=32
-		note "kept for the later steps: CUDA_DEVICE_MAX_CONNECTIONS=32"
+if [ "${ORDER:-figures}" = figures ]; then
+	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
+	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).
+	step bench-decode-ipc 35 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --json "$out/bench-decode-ipc.json"
+	step bench-prefill-ipc 50 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
+		--json "$out/bench-prefill-ipc.json"
+	step bench-decode-engine 35 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters $iters --per-graph 20 \
+		--json "$out/bench-decode-engine.json"
+	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
+	step gpu-2-engine 30 $py $t --world 2 --device "$dev" --mode engine --rounds 4
+else
+	# 1. the engine path (every rank remote: staged over tcp, XFER_GPU_IPC=0), which failed in the first run
+	#    (the proxy's staging copies never finished while a wait kernel spun). If it fails again, two
+	#    suspects apart: a lazy kernel load synchronizing the context (CUDA_MODULE_LOADING=EAGER), and the
+	#    engine's copy stream sharing a hardware queue with the spinning kernel's stream (more queues:
+	#    CUDA_DEVICE_MAX_CONNECTIONS=32; torch makes dozens of streams, the default is 8 queues). Whichever
+	#    passes is kept for every later step, and summary.txt says so.
+	if ! step gpu-2-engine 40 $py $t --world 2 --device "$dev" --mode engine --rounds 6 --variants fp8; then
+		if step gpu-2-engine-eager 40 env CUDA_MODULE_LOADING=EAGER $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
+			export CUDA_MODULE_LOADING=EAGER
+			note "kept for the later steps: CUDA_MODULE_LOADING=EAGER"
+		elif step gpu-2-engine-conn32 40 env CUDA_DEVICE_MAX_CONNECTIONS=32 $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
+			export CUDA_DEVICE_MAX_CONNECTIONS=32
+			note "kept for the later steps: CUDA_DEVICE_MAX_CONNECTIONS=32"
+		fi
 	fi
+	# 2. the same-host path, 2 ranks on one GPU: bf16, then fp8 quantized by the kernel with the halves split
+	step gpu-2-ipc 40 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	# 3. the benchmark (the issue's decode shape), same-host, then the engine path (the proxy's share)
+	step bench-decode-ipc 60 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --json "$out/bench-decode-ipc.json"
+	step bench-decode-engine 60 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters $iters --per-graph 20 \
+		--json "$out/bench-decode-engine.json"
+	# 4. four ranks: one host, all remote, then hosts of two (IPC and the engine at once)
+	step gpu-4-ipc 45 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	step gpu-4-engine 50 $py $t --world 4 --device "$dev" --mode engine --rounds 6 --layout packed --variants fp8
+	# 5. prefill (4096 tokens per rank): the benchmark also captures and replays CUDA graphs
+	step bench-prefill-ipc 80 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
+		--json "$out/bench-prefill-ipc.json"
+	if [ "$dev" = cuda ]; then
+		# 6. CUDA graphs: a whole round captured, replayed with new inputs
+		step gpu-2-graph-ipc 40 $py $t --world 2 --device cuda --mode ipc --check graph
+		step gpu-2-graph-engine 40 $py $t --world 2 --device cuda --mode engine --check graph
+	fi
+	# 7. decode without MPS for the comparison, then mixed hosts
+	if [ "$mps" = on ]; then
+		step bench-decode-ipc-nomps 45 env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY \
+			$py $b --device cuda --shape decode --world 2 --mode ipc --iters $iters --per-graph 50 \
+			--json "$out/bench-decode-ipc-nomps.json"
+	fi
+	step gpu-4-mixed 60 $py $t --world 4 --device "$dev" --mode mixed --rounds 8 --variants fp8-split
 fi
-# 2. the same-host path, 2 ranks on one GPU: bf16, then fp8 quantized by the kernel with the halves split
-step gpu-2-ipc 40 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
-# 3. the benchmark (the issue's decode shape), same-host, then the engine path (the proxy's share)
-step bench-decode-ipc 60 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --json "$out/bench-decode-ipc.json"
-step bench-decode-engine 60 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters $iters --per-graph 20 \
-	--json "$out/bench-decode-engine.json"
-# 4. four ranks: one host, all remote, then hosts of two (IPC and the engine at once)
-step gpu-4-ipc 45 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
-step gpu-4-engine 50 $py $t --world 4 --device "$dev" --mode engine --rounds 6 --layout packed --variants fp8
-# 5. prefill (4096 tokens per rank): the benchmark also captures and replays CUDA graphs
-step bench-prefill-ipc 80 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
-	--json "$out/bench-prefill-ipc.json"
-if [ "$dev" = cuda ]; then
-	# 6. CUDA graphs: a whole round captured, replayed with new inputs
-	step gpu-2-graph-ipc 40 $py $t --world 2 --device cuda --mode ipc --check graph
-	step gpu-2-graph-engine 40 $py $t --world 2 --device cuda --mode engine --check graph
-fi
-# 7. decode without MPS for the comparison, then mixed hosts
-if [ "$mps" = on ]; then
-	step bench-decode-ipc-nomps 45 env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY \
-		$py $b --device cuda --shape decode --world 2 --mode ipc --iters $iters --per-graph 50 \
-		--json "$out/bench-decode-ipc-nomps.json"
-fi
-step gpu-4-mixed 60 $py $t --world 4 --device "$dev" --mode mixed --rounds 8 --variants fp8-split
 note "device-moe: $fails step(s) failed, $skipped skipped, $((SECONDS - start)) s, mps $mps"
 exit $((fails > 0))

@@ -446,6 +446,34 @@ class MoE:
     def _stream(self) -> int:
         return self._torch.cuda.current_stream(self.device).cuda_stream
 
+    def _host_prewait(self, flag: str) -> None:
+        """Engine path, eager launches: waits on the host for the proxy's flag
+        (recv_flag, comb_flag) before queueing the kernels behind its GPU wait.
+        A wait spinning on the proxy while this process makes a synchronizing
+        CUDA call (tensor.cpu() into pageable memory, a lazily loaded kernel)
+        deadlocks until the deadline: that call holds back the engine's
+        staging copies, which the proxy needs (the second GPU run: gpu-2-engine
+        hung with the proxy's route and token scatters outstanding, while the
+        benchmark, which only synchronizes, passed). The CPU path's protocol on
+        the same flag; advisory all the same (the GPU wait still lowers the
+        flag and orders the kernels), bounded by the deadline, and a failure
+        raises every flag. Not while a graph is captured: there the GPU waits."""
+        if not self.remote_ranks or self._torch.cuda.is_current_stream_capturing():
+            return
+        import time
+
+        b = ml.Buffers()
+        ml.f.get_buffers(self._m, byref(b))
+        c = ml.Ctl.from_address(b.ctl)
+        end = time.monotonic() + self._cfg.timeout_ms / 1000.0 + 2.0
+        spins = 0
+        while getattr(c, flag) != 1:
+            spins += 1
+            if spins > 1000:
+                if time.monotonic() > end:
+                    return  # the GPU wait has the deadline and reports it
+                time.sleep(20e-6)
+
     def _gpu_call(self, rc: int, op: str) -> None:
         if rc:
             raise error_for(rc, op, ml.cuda_error())
@@ -482,6 +510,7 @@ class MoE:
             raise InvalidArgument(22, "this handle's dispatch was already received, or is not the latest",
                                   "xfer.moe.dispatch")
         if self.gpu:
+            self._host_prewait("recv_flag")
             self._gpu_call(ml.g.cuda_dispatch_recv(
                 self._g, self._expert_x.data_ptr(), ml.ptr(self._expert_scales), self._counts.data_ptr(),
                 self._offsets.data_ptr(), self._src_rank.data_ptr(), self._src_token.data_ptr(),
@@ -574,6 +603,7 @@ class MoE:
         self._tensor(w, "topk_weights", (n, self.topk), (torch.float32,))
         dst = self._out[:n] if out is None else self._tensor(out, "out", (n, self.hidden), (torch.bfloat16,))
         if self.gpu:
+            self._host_prewait("comb_flag")
             self._gpu_call(ml.g.cuda_combine_recv(self._g, n, w.data_ptr(), dst.data_ptr(), self._stream()),
                            "xfer_moe_cuda_combine_recv")
         else:
