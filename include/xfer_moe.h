@@ -195,6 +195,11 @@ struct xfer_moe_stats {
 	uint64_t bytes_sent;
 };
 void xfer_moe_get_stats(const xfer_moe_t *m, struct xfer_moe_stats *s);
+/* Diagnostics: one line on what the proxy has done of the rounds in flight
+ * and what each still waits for (route vectors, tokens, CONS, combine rows,
+ * its own scatters), and its stats; for a log when a round seems stuck.
+ * Returns the length written to buf (truncated to cap), or -EINVAL. */
+int xfer_moe_debug_state(const xfer_moe_t *m, char *buf, size_t cap);
 
 /* ------------------------------------------------------------- CPU path */
 /*

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # xfer.moe on a GPU machine, from a carried build/ (builds nothing): the GPU
 # correctness checks (2 and 4 ranks as processes on the GPU(s) here, through
-# the same-host CUDA IPC path, the engine path staged over tcp, and both at
-# once; fp8; split halves; both wait modes; a CUDA graph), and the benchmark
-# (decode and prefill, 1,000 rounds; the engine path for the proxy's share).
+# the engine path staged over tcp, the same-host CUDA IPC path, and both at
+# once; fp8; split halves; a CUDA graph), and the benchmark (decode and
+# prefill, 1,000 rounds; the engine path for the proxy's share).
+#
+# Ranks that share one GPU as processes are time-sliced by the driver unless
+# the CUDA MPS control daemon runs: the script starts one (its pipe and log
+# directories under /tmp, stopped at exit; it changes no GPU setting) where
+# nvidia-cuda-mps-control exists and a client then sees MPS, and says in
+# summary.txt whether it did. With MPS=0 it does not try. One step
+# (bench-decode-ipc-nomps) runs without MPS for the comparison.
 #
 # Each step is separate, has its own timeout and log (OUT/<step>.log, the
 # tail of a failing one is repeated on stdout), and the script goes on after
-# a failure. Steps run most important first; once BUDGET seconds (default
-# 280) have passed the rest are listed as skipped, so that a hang cannot eat
-# the device time. About 3-4 minutes on one H200 when everything works.
+# a failure. Steps run most important first (ORDER=figures, the default: the
+# benchmarks; ORDER=full: the correctness checks first); once BUDGET seconds (default
+# 80) have passed the rest are listed as skipped, so that a hang cannot eat
+# the device time. About 100 s on one H200 by default; BUDGET=200 ORDER=full for the checks.
 #
-#   scripts/device-moe.sh OUT_DIR            (BUDGET=600 scripts/device-moe.sh OUT for all)
+#   scripts/device-moe.sh OUT_DIR     (BUDGET=600 for all; DEVICE=cpu: a dry run of the CPU-capable
+#                                      steps; TSCALE=N multiplies every step's timeout)
 set -uo pipefail
 out=${1:?usage: scripts/device-moe.sh OUT_DIR}
 mkdir -p "$out"
@@ -19,54 +28,149 @@ export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_LIBRARY=$PWD/build/libxfer_moe_cuda.so
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 py=${PYTHON:-python3}
-budget=${BUDGET:-280}
+dev=${DEVICE:-cuda}
+budget=${BUDGET:-80}
+iters=${ITERS:-1000}
+pf=""
+if [ "$dev" = cpu ]; then # a dry run: few rounds, a small prefill
+	iters=${ITERS:-20}
+	pf="--max-tokens 64"
+fi
 fails=0
 skipped=0
 start=$SECONDS
+: >"$out/summary.txt"
+note() { echo "$*" | tee -a "$out/summary.txt"; }
 step() { # name, timeout (s), command...
-	local name=$1 limit=$2
+	local name=$1 limit=$(($2 * ${TSCALE:-1}))
 	shift 2
 	if [ $((SECONDS - start)) -ge "$budget" ]; then
-		echo "$name: skipped (the ${budget} s budget is spent)" | tee -a "$out/summary.txt"
+		note "$name: skipped (the ${budget} s budget is spent)"
 		skipped=$((skipped + 1))
 		return 0
 	fi
 	local t0=$SECONDS
-	timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+	echo "# $(date -u +%T) $*" >"$out/$name.log"
+	timeout -k 10 "$limit" "$@" >>"$out/$name.log" 2>&1
 	local rc=$?
-	echo "$name: rc=$rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ' (timed out)')" | tee -a "$out/summary.txt"
+	note "$name: rc=$rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ' (timed out)')"
 	if [ $rc -ne 0 ]; then
 		fails=$((fails + 1))
-		tail -n 25 "$out/$name.log" | sed "s/^/    $name| /"
+		tail -n 30 "$out/$name.log" | sed "s/^/    $name| /"
 	fi
-	return 0
+	return $rc
 }
+
+# ------------------------------------------------------------------ MPS
+mps=off
+mps_why="not tried"
+mps_ctl=$(command -v nvidia-cuda-mps-control || true)
+mps_stop() {
+	if [ "$mps" = on ]; then
+		echo quit | "$mps_ctl" >/dev/null 2>&1
+		sleep 1
+		rm -rf /tmp/xfer-mps-pipe /tmp/xfer-mps-log
+	fi
+}
+finish() {
+	mps_stop
+	# one file for the lead's device tool, which brings back only a few
+	tar czf "/tmp/moe-logs.$$.tgz" -C "$out" --exclude moe-logs.tar.gz . 2>/dev/null && mv "/tmp/moe-logs.$$.tgz" "$out/moe-logs.tar.gz"
+}
+trap finish EXIT
+if [ "$dev" != cuda ]; then
+	mps_why="device $dev"
+elif [ "${MPS:-1}" = 0 ]; then
+	mps_why="MPS=0"
+elif [ -z "$mps_ctl" ]; then
+	mps_why="nvidia-cuda-mps-control is not on this machine"
+else
+	export CUDA_MPS_PIPE_DIRECTORY=/tmp/xfer-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xfer-mps-log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	if "$mps_ctl" -d >"$out/mps.log" 2>&1; then
+		mps=on
+		sleep 1
+		# a client must work and see MPS, or every step would fail: else back to time slicing
+		if timeout 60 $py -c 'import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+from xfer import _moe_lib as m
+v = m.g.cuda_mps_enabled(0); print("client: MPS enabled attribute", v); raise SystemExit(0 if v == 1 else 3)' \
+			>>"$out/mps.log" 2>&1; then
+			mps_why="daemon started, a client sees it"
+		else
+			mps_why="daemon started but a client failed or did not see MPS (mps.log): stopped"
+			mps_stop
+			mps=off
+		fi
+	else
+		mps_why="nvidia-cuda-mps-control -d failed (mps.log)"
+	fi
+	if [ "$mps" = off ]; then
+		unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+	fi
+	cat "$CUDA_MPS_LOG_DIRECTORY/control.log" >>"$out/mps.log" 2>/dev/null
+fi
+note "mps: $mps ($mps_why)"
+
 t=python/tests/moe_ranks.py
 b=python/bench/moe_bench.py
-: >"$out/summary.txt"
 step env 30 bash -c "nvidia-smi; nvidia-smi -q | grep -i -E 'compute mode|mig mode|driver version'; \
 	$py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count(), \"GPU(s)\")'; \
 	ls -la build/libxfer.so* build/libxfer_moe_cuda.so; \
-	$py -c 'from xfer import _moe_lib as m; print(\"libxfer_moe_cuda version\", m.g.cuda_version(), m.CUDA_LIBRARY_PATH)'"
-# 1. the same-host path, 2 ranks on one GPU: bf16, then fp8 quantized by the kernel with the halves split
-step gpu-2-ipc 60 $py $t --world 2 --device cuda --mode ipc --rounds 12 --variants fp8-split
-# 2. the benchmark on it (the issue's shapes)
-step bench-decode-ipc 90 $py $b --shape decode --world 2 --mode ipc --iters 1000 --json "$out/bench-decode-ipc.json"
-step bench-prefill-ipc 120 $py $b --shape prefill --world 2 --mode ipc --iters 1000 --per-graph 20 --json "$out/bench-prefill-ipc.json"
-# 3. the engine path (every rank remote: staged over tcp, XFER_GPU_IPC=0), its benchmark (the proxy's share)
-step gpu-2-engine 60 $py $t --world 2 --device cuda --mode engine --rounds 8 --variants fp8
-step bench-decode-engine 90 $py $b --shape decode --world 2 --mode engine --iters 300 --per-graph 20 --json "$out/bench-decode-engine.json"
-# 4. four ranks: one host, then hosts of two (IPC and the engine at once), then all remote
-step gpu-4-ipc 60 $py $t --world 4 --device cuda --mode ipc --rounds 8 --variants fp8
-step gpu-4-mixed 90 $py $t --world 4 --device cuda --mode mixed --rounds 8 --variants fp8-split
-step gpu-4-engine 90 $py $t --world 4 --device cuda --mode engine --rounds 6 --layout packed
-# 5. CUDA graphs: a whole round captured, replayed with new inputs
-step gpu-2-graph-ipc 60 $py $t --world 2 --device cuda --mode ipc --check graph
-step gpu-2-graph-engine 60 $py $t --world 2 --device cuda --mode engine --check graph
-# 6. the other wait modes (spinning kernels on a shared GPU; stream waits on host flags)
-step gpu-2-ipc-kernelwait 60 $py $t --world 2 --device cuda --mode ipc --rounds 6 --gpu-wait kernel
-step bench-decode-ipc-kernelwait 60 $py $b --shape decode --world 2 --mode ipc --gpu-wait kernel --iters 200 --per-graph 20
-step gpu-2-engine-streamwait 60 $py $t --world 2 --device cuda --mode engine --rounds 6 --gpu-wait stream
-step bench-decode-engine-streamwait 60 $py $b --shape decode --world 2 --mode engine --gpu-wait stream --iters 300 --per-graph 20
-echo "device-moe: $fails step(s) failed, $skipped skipped, $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+	$py -c 'from xfer import _moe_lib as m; print(\"libxfer_moe_cuda version\", m.g.cuda_version(), m.CUDA_LIBRARY_PATH)'; \
+	echo CUDA_MODULE_LOADING=\${CUDA_MODULE_LOADING:-unset} CUDA_DEVICE_MAX_CONNECTIONS=\${CUDA_DEVICE_MAX_CONNECTIONS:-unset}"
+
+if [ "${ORDER:-figures}" = figures ]; then
+	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
+	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).
+	step bench-decode-ipc 35 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --json "$out/bench-decode-ipc.json"
+	step bench-prefill-ipc 50 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
+		--json "$out/bench-prefill-ipc.json"
+	step bench-decode-engine 35 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters $iters --per-graph 20 \
+		--json "$out/bench-decode-engine.json"
+	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
+	step gpu-2-engine 30 $py $t --world 2 --device "$dev" --mode engine --rounds 4
+else
+	# 1. the engine path (every rank remote: staged over tcp, XFER_GPU_IPC=0), which failed in the first run
+	#    (the proxy's staging copies never finished while a wait kernel spun). If it fails again, two
+	#    suspects apart: a lazy kernel load synchronizing the context (CUDA_MODULE_LOADING=EAGER), and the
+	#    engine's copy stream sharing a hardware queue with the spinning kernel's stream (more queues:
+	#    CUDA_DEVICE_MAX_CONNECTIONS=32; torch makes dozens of streams, the default is 8 queues). Whichever
+	#    passes is kept for every later step, and summary.txt says so.
+	if ! step gpu-2-engine 40 $py $t --world 2 --device "$dev" --mode engine --rounds 6 --variants fp8; then
+		if step gpu-2-engine-eager 40 env CUDA_MODULE_LOADING=EAGER $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
+			export CUDA_MODULE_LOADING=EAGER
+			note "kept for the later steps: CUDA_MODULE_LOADING=EAGER"
+		elif step gpu-2-engine-conn32 40 env CUDA_DEVICE_MAX_CONNECTIONS=32 $py $t --world 2 --device "$dev" --mode engine --rounds 4; then
+			export CUDA_DEVICE_MAX_CONNECTIONS=32
+			note "kept for the later steps: CUDA_DEVICE_MAX_CONNECTIONS=32"
+		fi
+	fi
+	# 2. the same-host path, 2 ranks on one GPU: bf16, then fp8 quantized by the kernel with the halves split
+	step gpu-2-ipc 40 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	# 3. the benchmark (the issue's decode shape), same-host, then the engine path (the proxy's share)
+	step bench-decode-ipc 60 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --json "$out/bench-decode-ipc.json"
+	step bench-decode-engine 60 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters $iters --per-graph 20 \
+		--json "$out/bench-decode-engine.json"
+	# 4. four ranks: one host, all remote, then hosts of two (IPC and the engine at once)
+	step gpu-4-ipc 45 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	step gpu-4-engine 50 $py $t --world 4 --device "$dev" --mode engine --rounds 6 --layout packed --variants fp8
+	# 5. prefill (4096 tokens per rank): the benchmark also captures and replays CUDA graphs
+	step bench-prefill-ipc 80 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 $pf \
+		--json "$out/bench-prefill-ipc.json"
+	if [ "$dev" = cuda ]; then
+		# 6. CUDA graphs: a whole round captured, replayed with new inputs
+		step gpu-2-graph-ipc 40 $py $t --world 2 --device cuda --mode ipc --check graph
+		step gpu-2-graph-engine 40 $py $t --world 2 --device cuda --mode engine --check graph
+	fi
+	# 7. decode without MPS for the comparison, then mixed hosts
+	if [ "$mps" = on ]; then
+		step bench-decode-ipc-nomps 45 env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY \
+			$py $b --device cuda --shape decode --world 2 --mode ipc --iters $iters --per-graph 50 \
+			--json "$out/bench-decode-ipc-nomps.json"
+	fi
+	step gpu-4-mixed 60 $py $t --world 4 --device "$dev" --mode mixed --rounds 8 --variants fp8-split
+fi
+note "device-moe: $fails step(s) failed, $skipped skipped, $((SECONDS - start)) s, mps $mps"
 exit $((fails > 0))

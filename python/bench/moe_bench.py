@@ -89,7 +89,7 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
         s(5)
 
     iters, warm = spec["iters"], spec["warmup"]
-    res: Dict[str, Any] = {"rank": rank, "wait": ep.gpu_wait, "remote_ranks": ep.remote_ranks}
+    res: Dict[str, Any] = {"rank": rank, "wait": ep.gpu_wait, "mps": ep.mps, "remote_ranks": ep.remote_ranks}
     if not gpu:
         times: Dict[str, List[float]] = {p: [] for p in PHASES[:-1]}
         for i in range(warm + iters):
@@ -222,6 +222,7 @@ def main() -> int:
     slowest = {p: [max(pr[p][i] for pr in per_rank) for i in range(n)] for p in per_rank[0]}
     print(f"# moe_bench {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {a.shape}, {W} ranks, "
           f"device {a.device}, mode {a.mode}, provider {a.provider}, wait {res[0]['wait']}, "
+          f"MPS {'on' if res[0].get('mps') else 'off (time-sliced if ranks share a GPU)'}, "
           f"{'CUDA graphs' if res[0].get('graph') else 'eager launches'}, "
           f"{spec['max_tokens']} tokens x {spec['hidden']} per rank, top-{K} of {spec['experts']}, fp8 "
           f"dispatch / bf16 combine, {n} rounds, {took:.0f} s in all")
@@ -253,7 +254,7 @@ def main() -> int:
               f"fabric-lib, {c50 / pub['DeepEP EP8 combine']:.2f}x DeepEP")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"spec": spec, "per_rank": per_rank, "proxy": [r["proxy"] for r in res]}, fh)
+            json.dump({"spec": spec, "wait": res[0]["wait"], "mps": res[0].get("mps", False), "per_rank": per_rank, "proxy": [r["proxy"] for r in res]}, fh)
     return 0
 
 

@@ -186,9 +186,11 @@ def test_cuda_library_loads_and_says_why():
     except xfer.NotSupported as ex:
         assert "libxfer_moe_cuda.so" in str(ex)
         pytest.skip(f"not built here: {ex}")
-    assert ml.g.cuda_version() == 1
+    assert ml.g.cuda_version() == ml.CUDA_VERSION
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: test_moe_cuda.py covers the real thing")
+    assert ml.g.cuda_mps_enabled(0) < 0 and ml.cuda_error(), "asking for MPS without a GPU must fail"
+    assert ml.g.cuda_kernels_loaded(None) < 0
     c = moe._config(2, 0, max_tokens=8, num_experts=4, topk=2, hidden=128, fp8=True, private_tokens=None,
                     overflow_tokens=None, layout="padded", expert_capacity=None, expert_align=None,
                     timeout_ms=1000)

@@ -21,6 +21,7 @@ WAIT_KERNEL, WAIT_STREAM = 0, 1
 AUTO = 0xFFFFFFFF  # XFER_MOE_AUTO
 SCALE_BLOCK = 128
 TOPK_MAX = 32
+CUDA_VERSION = 2  # XFER_MOE_CUDA_VERSION: the libxfer_moe_cuda.so this binding speaks to
 
 
 class Config(Structure):
@@ -87,6 +88,7 @@ _PROTOS = {
     "xfer_moe_engine": (P, P),
     "xfer_moe_destroy": (None, P),
     "xfer_moe_get_stats": (None, P, POINTER(Stats)),
+    "xfer_moe_debug_state": (c_int, P, c_char_p, c_size_t),
     "xfer_moe_cpu_dispatch_send": (c_int, P, POINTER(Tokens)),
     "xfer_moe_cpu_dispatch_recv": (c_int, P, POINTER(ExpertOut)),
     "xfer_moe_cpu_combine_send": (c_int, P, P),
@@ -104,6 +106,8 @@ _CUDA_PROTOS = {
     "xfer_moe_cuda_combine_send": (c_int, P, P, c_uint64),
     "xfer_moe_cuda_combine_recv": (c_int, P, c_uint32, P, P, c_uint64),
     "xfer_moe_cuda_stamp": (c_int, P, c_uint64),
+    "xfer_moe_cuda_mps_enabled": (c_int, c_int),
+    "xfer_moe_cuda_kernels_loaded": (c_int, P),
     "xfer_moe_cuda_debug": (c_int, P, c_char_p, c_size_t),
     "xfer_moe_cuda_release": (None, P),
     "xfer_moe_cuda_destroy": (None, P),
@@ -166,11 +170,21 @@ def cuda_lib() -> ctypes.CDLL:
                 tried.append(f"{path} (does not exist)")
                 continue
             try:
-                _cuda_lib = ctypes.CDLL(path)
-                CUDA_LIBRARY_PATH = path
-                return _cuda_lib
+                lib = ctypes.CDLL(path)
             except OSError as ex:
                 tried.append(f"{path} ({ex})")
+                continue
+            try:
+                lib.xfer_moe_cuda_version.restype = c_int
+                version = lib.xfer_moe_cuda_version()
+            except AttributeError:
+                version = -1
+            if version != CUDA_VERSION:  # an old build would lack entry points, or differ in them
+                tried.append(f"{path} (version {version}; this binding needs {CUDA_VERSION}: rebuild it)")
+                continue
+            _cuda_lib = lib
+            CUDA_LIBRARY_PATH = path
+            return _cuda_lib
         _cuda_why = ("the MoE GPU path needs libxfer_moe_cuda.so, built with libxfer where nvcc "
                      "exists (or set XFER_MOE_CUDA_LIBRARY); looked at: " + "; ".join(tried))
     raise NotSupported(95, _cuda_why, "xfer.moe")

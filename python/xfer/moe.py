@@ -213,7 +213,8 @@ class MoE:
     deadline of a round; ``provider``/``nics``/``heartbeat_ms`` the engine
     (docs/config.md); ``same_host``: False sends everything through the engine
     even between ranks of one host; ``gpu_wait`` "auto", "kernel" or "stream"
-    (auto: stream when same-host ranks share a GPU).
+    (auto: stream when same-host ranks share a GPU without MPS, else kernel;
+    ``ep.gpu_wait`` and ``ep.mps`` say what was chosen).
     """
 
     _m = None
@@ -286,17 +287,18 @@ class MoE:
         self.expert_rows = z.expert_rows
         self.expert_capacity = cfg.expert_capacity
         self.remote_ranks = z.remote_ranks
-        # Ranks on one physical GPU are time-sliced: a spinning wait kernel
-        # would hold the slice its peer needs. Stream waits hold no SM; auto
-        # uses them when this GPU is shared and every flag waited on is in
-        # GPU memory (no remote ranks: the proxy's flags are host memory).
+        # Processes on one physical GPU are time-sliced unless the CUDA MPS
+        # daemon runs: then a spinning wait kernel would hold the slice its
+        # peer needs. Stream waits hold no SM; auto uses them when this GPU is
+        # shared without MPS and every flag waited on is in GPU memory (no
+        # remote ranks: the proxy's flags are host memory). Under MPS the
+        # processes' kernels run at once, as on GPUs of their own: kernel.
         shares_gpu = self.gpu and any(r != self.rank and parsed[r][1] == key and parsed[r][2] == uuid
                                       for r in range(self.world_size))
         if gpu_wait not in ("auto", "kernel", "stream"):
             raise InvalidArgument(22, f"gpu_wait must be auto, kernel or stream, not {gpu_wait!r}", "xfer.moe.MoE")
-        if gpu_wait == "auto":
-            gpu_wait = "stream" if shares_gpu and not z.remote_ranks else "kernel"
-        self.gpu_wait = gpu_wait
+        self.mps = False  # whether the GPU's contexts are shared through MPS (set below)
+        self.gpu_wait = gpu_wait if self.gpu else "cpu"  # auto: resolved below
 
         attr = _lib.defaults()
         self._keep = []
@@ -313,6 +315,9 @@ class MoE:
         try:
             bufs = None
             if self.gpu:
+                self.mps = ml.g.cuda_mps_enabled(self.device.index) > 0
+                if gpu_wait == "auto":
+                    self.gpu_wait = "stream" if shares_gpu and not self.mps and not z.remote_ranks else "kernel"
                 bufs = ml.Buffers()
                 h = c_void_p()
                 wait = ml.WAIT_STREAM if self.gpu_wait == "stream" else ml.WAIT_KERNEL
@@ -441,6 +446,34 @@ class MoE:
     def _stream(self) -> int:
         return self._torch.cuda.current_stream(self.device).cuda_stream
 
+    def _host_prewait(self, flag: str) -> None:
+        """Engine path, eager launches: waits on the host for the proxy's flag
+        (recv_flag, comb_flag) before queueing the kernels behind its GPU wait.
+        A wait spinning on the proxy while this process makes a synchronizing
+        CUDA call (tensor.cpu() into pageable memory, a lazily loaded kernel)
+        deadlocks until the deadline: that call holds back the engine's
+        staging copies, which the proxy needs (the second GPU run: gpu-2-engine
+        hung with the proxy's route and token scatters outstanding, while the
+        benchmark, which only synchronizes, passed). The CPU path's protocol on
+        the same flag; advisory all the same (the GPU wait still lowers the
+        flag and orders the kernels), bounded by the deadline, and a failure
+        raises every flag. Not while a graph is captured: there the GPU waits."""
+        if not self.remote_ranks or self._torch.cuda.is_current_stream_capturing():
+            return
+        import time
+
+        b = ml.Buffers()
+        ml.f.get_buffers(self._m, byref(b))
+        c = ml.Ctl.from_address(b.ctl)
+        end = time.monotonic() + self._cfg.timeout_ms / 1000.0 + 2.0
+        spins = 0
+        while getattr(c, flag) != 1:
+            spins += 1
+            if spins > 1000:
+                if time.monotonic() > end:
+                    return  # the GPU wait has the deadline and reports it
+                time.sleep(20e-6)
+
     def _gpu_call(self, rc: int, op: str) -> None:
         if rc:
             raise error_for(rc, op, ml.cuda_error())
@@ -477,6 +510,7 @@ class MoE:
             raise InvalidArgument(22, "this handle's dispatch was already received, or is not the latest",
                                   "xfer.moe.dispatch")
         if self.gpu:
+            self._host_prewait("recv_flag")
             self._gpu_call(ml.g.cuda_dispatch_recv(
                 self._g, self._expert_x.data_ptr(), ml.ptr(self._expert_scales), self._counts.data_ptr(),
                 self._offsets.data_ptr(), self._src_rank.data_ptr(), self._src_token.data_ptr(),
@@ -569,6 +603,7 @@ class MoE:
         self._tensor(w, "topk_weights", (n, self.topk), (torch.float32,))
         dst = self._out[:n] if out is None else self._tensor(out, "out", (n, self.hidden), (torch.bfloat16,))
         if self.gpu:
+            self._host_prewait("comb_flag")
             self._gpu_call(ml.g.cuda_combine_recv(self._g, n, w.data_ptr(), dst.data_ptr(), self._stream()),
                            "xfer_moe_cuda_combine_recv")
         else:
@@ -580,7 +615,7 @@ class MoE:
 
     # ---------------------------------------------------------------- misc
 
-    def debug_state(self) -> str:
+    def debug_state(self, timeout: float = 2.0) -> str:
         """One line per source of state, for a log when something is stuck:
         the control words the kernels and the proxy share, the module's
         status, and on a GPU the device round and this rank's arena flags
@@ -592,14 +627,39 @@ class MoE:
         c = ml.Ctl.from_address(b.ctl)
         msg = ctypes.create_string_buffer(512)
         rc = ml.f.status(self._m, msg, 512, None)
-        out = [f"rank {self.rank}: python round {self._round} state {self._state}; status {rc} "
+        out = [f"rank {self.rank}: python round {self._round} state {self._state}; wait {getattr(self, 'gpu_wait', '-')}"
+               f", mps {getattr(self, 'mps', False)}; status {rc} "
                f"{msg.value.decode(errors='replace')!r}; ctl " + " ".join(
                    f"{n}={getattr(c, n)}" for n, _ in ml.Ctl._fields_ if not n.startswith("pad"))]
+        pbuf = ctypes.create_string_buffer(2048)
+        if ml.f.debug_state(self._m, pbuf, 2048) >= 0:
+            out.append(f"rank {self.rank}: " + pbuf.value.decode(errors="replace"))
         if self._g:
-            buf = ctypes.create_string_buffer(8192)
-            n = ml.g.cuda_debug(self._g, buf, 8192)
-            out.append(buf.value.decode(errors="replace") if n >= 0 else f"cuda_debug: {ml.cuda_error()}")
+            out.append(self._device_debug(timeout))
         return "\n".join(out)
+
+    def _device_debug(self, timeout: float) -> str:
+        """The device half of debug_state, on a thread of its own: the driver
+        can hold a call back (a context synchronization waiting for a
+        spinning kernel), and a hung read must not hang the log with it."""
+        import threading
+
+        box: List[str] = []
+        g = self._g
+
+        def read() -> None:
+            buf = ctypes.create_string_buffer(8192)
+            n = ml.g.cuda_debug(g, buf, 8192)
+            box.append(buf.value.decode(errors="replace") if n >= 0 else f"cuda_debug: {ml.cuda_error()}")
+
+        t = threading.Thread(target=read, name="xfer-moe-debug", daemon=True)
+        t.start()
+        t.join(timeout)
+        if box:
+            return box[0]
+        return (f"rank {self.rank}: the device state could not be read within {timeout:.0f} s: the CUDA "
+                "driver holds this process's calls back (a context synchronization, e.g. a kernel being "
+                "loaded lazily or a cudaFree, waiting for a kernel or stream wait that does not finish)")
 
     def stats(self) -> MoEStats:
         s = ml.Stats()

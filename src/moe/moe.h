@@ -77,6 +77,7 @@ enum moe_op_kind {
 	MOE_OP_S_ROUTE, MOE_OP_S_PRIV, MOE_OP_S_OVF, MOE_OP_S_CONS, MOE_OP_S_COMB,
 	MOE_OP_BYE,   /* destroy's farewell: an expectation per rank and a barrier */
 	MOE_OP_ABORT, /* another rank failed and names the culprit */
+	MOE_OP_FAILED, /* another rank has failed too (or left): it needs nothing more from us */
 };
 
 /* One dispatch round (and its combine) as the proxy drives it; two slots,
@@ -105,6 +106,7 @@ struct moe_peer {
 	xfer_peer_t peer;
 	uint32_t member;          /* index in the group */
 	bool remote;              /* reached through the engine (another host) */
+	atomic_bool concluded;    /* it has failed too, or left: a failed rank may now leave */
 	xfer_rmr_t *recv, *comb_recv, *rtab;
 };
 
@@ -131,6 +133,7 @@ struct xfer_moe {
 	atomic_bool abort_told;       /* the failure has been posted to every rank */
 	atomic_uint abort_from;       /* 1 + the rank another rank blames, 0: none */
 	_Atomic uint64_t abort_t;     /* when that came */
+	atomic_uint concluded;        /* how many peers are concluded (moe_peer.concluded) */
 	struct moe_slot slot[2];
 	uint32_t next_round;      /* the next round the proxy waits for */
 	/* failure: first wins, final */
@@ -165,6 +168,9 @@ void xi_moe_route_free(struct moe_route *r);
  * a kernel may wait on; fmt names the rank and the round. */
 void xi_moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* Marks rank r concluded (it has failed too, or left), once. */
+void xi_moe_conclude(struct xfer_moe *m, uint32_t r);
 
 /* The proxy thread (moe_proxy.c). */
 void *xi_moe_proxy_main(void *arg);

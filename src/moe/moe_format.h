@@ -90,6 +90,7 @@ enum moe_phase {
 	MOE_PH_COMB = 4,  /* an expert rank's combine rows */
 	MOE_PH_BYE = 5,   /* a rank is leaving: it has sent everything it owed */
 	MOE_PH_ABORT = 6, /* a rank failed; the round field names the rank to blame */
+	MOE_PH_FAILED = 7, /* the source has failed too (after its ABORT): it waits for nothing more */
 };
 #define MOE_IMM_TAG 0x4du /* 'M' */
 

@@ -33,10 +33,15 @@ static void release_flags(struct xfer_moe *m)
 
 void xi_moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
 {
+	/* Under the lock, so that whoever sees `failed` and then asks for the
+	 * message (xfer_moe_status, which takes the lock) gets this one, never
+	 * the empty one of a failure half recorded. */
 	int zero = 0;
-	if (!atomic_compare_exchange_strong(&m->failed, &zero, err ? err : -EIO))
-		return;
 	pthread_mutex_lock(&m->fail_lock);
+	if (!atomic_compare_exchange_strong(&m->failed, &zero, err ? err : -EIO)) {
+		pthread_mutex_unlock(&m->fail_lock);
+		return;
+	}
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(m->fail_msg, sizeof(m->fail_msg), fmt, ap);
@@ -56,8 +61,8 @@ int xfer_moe_status(const xfer_moe_t *mc, char *msg, size_t cap, uint32_t *rank)
 	struct xfer_moe *m = (struct xfer_moe *)mc;
 	if (!m)
 		return -EINVAL;
-	int err = atomic_load(&m->failed);
 	pthread_mutex_lock(&m->fail_lock);
+	int err = atomic_load(&m->failed);
 	if (msg && cap)
 		snprintf(msg, cap, "%s", err ? m->fail_msg : "");
 	if (rank)
@@ -66,10 +71,19 @@ int xfer_moe_status(const xfer_moe_t *mc, char *msg, size_t cap, uint32_t *rank)
 	return err;
 }
 
+void xi_moe_conclude(struct xfer_moe *m, uint32_t r)
+{
+	if (r < m->cfg.world_size && r != m->cfg.rank && !atomic_exchange(&m->peers[r].concluded, true))
+		atomic_fetch_add(&m->concluded, 1);
+}
+
 static void peer_down(void *ctx, uint32_t peer, uint64_t engine_id, int reason)
 {
 	struct xfer_moe *m = ctx;
 	(void)engine_id;
+	for (uint32_t r = 0; r < m->cfg.world_size; r++)
+		if (r != m->cfg.rank && m->peers[r].peer == peer)
+			xi_moe_conclude(m, r); /* a failed rank no longer waits for it */
 	if (atomic_load(&m->closing))
 		return; /* ranks leave one by one once all have said goodbye */
 	uint32_t blamed = atomic_load(&m->abort_from);
@@ -481,6 +495,11 @@ static bool abort_told(struct xfer_moe *m)
 	return atomic_load(&m->abort_told) && !atomic_load(&m->bye_ops);
 }
 
+static bool all_concluded(struct xfer_moe *m)
+{
+	return atomic_load(&m->concluded) + 1 >= m->cfg.world_size;
+}
+
 void xfer_moe_destroy(xfer_moe_t *m)
 {
 	if (!m)
@@ -491,6 +510,16 @@ void xfer_moe_destroy(xfer_moe_t *m)
 	 * does), or they would blame it for leaving. */
 	uint64_t end = xi_moe_now_ns() + 2000000000ull;
 	while (m->connected && atomic_load(&m->failed) && !abort_told(m) && xi_moe_now_ns() < end)
+		nap_ms(1);
+	/* Then it stays until every other rank has failed too (or left): a
+	 * failure every rank detects by itself (capacity) must be found by each
+	 * from the data this rank sent, not reported as this rank's departure
+	 * by a rank that is slower to get there (a loaded machine). Each rank
+	 * told of the failure fails within the proxy's grace; bounded all the
+	 * same, a rank that hangs costs at most the deadline (capped at 10 s). */
+	uint64_t ms = m->cfg.timeout_ms < 10000 ? m->cfg.timeout_ms : 10000;
+	end = xi_moe_now_ns() + ms * 1000000ull;
+	while (m->connected && atomic_load(&m->failed) && !all_concluded(m) && xi_moe_now_ns() < end)
 		nap_ms(1);
 	atomic_store(&m->closing, true);
 	if (m->connected) {

@@ -37,6 +37,10 @@
 #define ST_NOCOMB (1u << 5)    /* the next round began without a combine */
 #define ST_COMB_DONE (1u << 6) /* the combine's receive finished */
 
+/* How long another rank's failure report waits for this rank's own finding:
+ * long enough for a proxy thread on a loaded machine to get its turn. */
+#define ABORT_GRACE_NS 1000000000ull
+
 enum { ENT_ROUTE, ENT_PRIV, ENT_OVF, ENT_CONS, ENT_COMB };
 
 static uint64_t ud_make(int kind, int slot, uint32_t round, uint32_t src)
@@ -145,6 +149,11 @@ void xi_moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe)
 			atomic_store(&m->abort_t, xi_moe_now_ns());
 			atomic_store(&m->abort_from, (uint32_t)(cqe->user_data & 0xfffff) + 1);
 		}
+		return;
+	}
+	if (kind == MOE_OP_FAILED) {
+		if (cqe->res >= 0)
+			xi_moe_conclude(m, (uint32_t)(cqe->user_data & 0xfffff));
 		return;
 	}
 	if (kind == MOE_OP_BYE) { /* no slot: destroy counts them */
@@ -595,6 +604,11 @@ static void arm_abort(struct xfer_moe *m)
 		struct xfer_completion c = {.user_data = (uint64_t)MOE_OP_ABORT << 56 | r,
 					    .cb = xi_moe_proxy_cb, .cb_ctx = m, .timeout_ms = UINT64_MAX / 2};
 		xfer_expect_imm(m->e, moe_imm(MOE_PH_ABORT, r, 0), 1, &c);
+		if (r == m->cfg.rank)
+			continue;
+		struct xfer_completion f = {.user_data = (uint64_t)MOE_OP_FAILED << 56 | r,
+					    .cb = xi_moe_proxy_cb, .cb_ctx = m, .timeout_ms = UINT64_MAX / 2};
+		xfer_expect_imm(m->e, moe_imm(MOE_PH_FAILED, 0, r), 1, &f);
 	}
 	m->abort_armed = true;
 }
@@ -614,6 +628,10 @@ static void send_abort(struct xfer_moe *m)
 				    .cb_ctx = m, .timeout_ms = 2000};
 	atomic_fetch_add(&m->bye_ops, 1);
 	if (xfer_barrier(m->e, m->group, moe_imm(MOE_PH_ABORT, who, 0), &c))
+		atomic_fetch_sub(&m->bye_ops, 1);
+	/* and that we have failed too: a failed rank leaves once all have */
+	atomic_fetch_add(&m->bye_ops, 1);
+	if (xfer_barrier(m->e, m->group, moe_imm(MOE_PH_FAILED, 0, m->cfg.rank), &c))
 		atomic_fetch_sub(&m->bye_ops, 1);
 	atomic_store(&m->abort_told, true);
 }
@@ -638,13 +656,6 @@ void *xi_moe_proxy_main(void *arg)
 			nap_ns(1000000);
 			continue;
 		}
-		uint32_t blamed = atomic_load(&m->abort_from);
-		if (blamed && now > atomic_load(&m->abort_t) + 200000000ull) {
-			uint32_t who = blamed - 1;
-			xi_moe_fail(m, -XFER_EPEER, who, "rank %u failed (another rank reported it)%s", who,
-				 who == m->cfg.rank ? "; this rank's own failure came first elsewhere" : "");
-			continue;
-		}
 		uint32_t kerr = load_acq(&m->b.ctl->k_error);
 		if (kerr) {
 			uint32_t info = m->b.ctl->k_error_info, me = m->cfg.rank;
@@ -666,6 +677,16 @@ void *xi_moe_proxy_main(void *arg)
 		for (int k = 0; k < 2; k++)
 			if (m->slot[k].active)
 				did |= progress(m, &m->slot[k], now);
+		/* Another rank's report acts only after a grace, and after this
+		 * pass's progress, so that a failure this rank can find by itself
+		 * in what has arrived (capacity) is the one it reports. */
+		uint32_t blamed = atomic_load(&m->abort_from);
+		if (blamed && !atomic_load(&m->failed) && now > atomic_load(&m->abort_t) + ABORT_GRACE_NS) {
+			uint32_t who = blamed - 1;
+			xi_moe_fail(m, -XFER_EPEER, who, "rank %u failed (another rank reported it)%s", who,
+				 who == m->cfg.rank ? "; this rank's own failure came first elsewhere" : "");
+			continue;
+		}
 		if (atomic_load(&m->draining) && !did)
 			atomic_store(&m->drained, drained(m));
 		if (did) {
@@ -681,4 +702,50 @@ void *xi_moe_proxy_main(void *arg)
 		nap_ns(nap);
 	}
 	return NULL;
+}
+
+/* Diagnostics for a stuck round (xfer_moe_debug_state): what the proxy has
+ * done of each slot and what it still waits for. Read from another thread
+ * while the proxy runs: plain fields are read relaxed, a snapshot that may be
+ * a moment old, never acted on. */
+static uint32_t peek32(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static bool peek_bool(const bool *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+int xfer_moe_debug_state(const xfer_moe_t *mc, char *buf, size_t cap)
+{
+	const struct xfer_moe *m = mc;
+	if (!m || !buf || !cap)
+		return -EINVAL;
+	static const char *const step_names[] = {"route", "priv", "rows", "cons", "comb", "nocomb", "comb_done"};
+	struct xfer_moe_stats st;
+	xfer_moe_get_stats(mc, &st);
+	int o = snprintf(buf, cap, "proxy: next round %u, %u remote ranks, failed %d, abort_from %u; "
+			 "stats rounds %" PRIu64 " combines %" PRIu64 " private %" PRIu64 " overflow %" PRIu64
+			 " bytes %" PRIu64 " busy %" PRIu64 " us",
+			 peek32(&m->next_round), m->n_remote, atomic_load(&m->failed), atomic_load(&m->abort_from),
+			 st.rounds, st.combines, st.private_records, st.overflow_records, st.bytes_sent,
+			 st.busy_ns / 1000);
+	for (int k = 0; k < 2; k++) {
+		const struct moe_slot *s = &m->slot[k];
+		uint32_t steps = peek32(&s->steps);
+		o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, "; slot %d: round %u %s steps", k,
+			      peek32(&s->round), peek_bool(&s->active) ? "active" : "idle");
+		for (unsigned b = 0; b < sizeof(step_names) / sizeof(step_names[0]); b++)
+			if (steps & (1u << b))
+				o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, " %s", step_names[b]);
+		o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0,
+			      "; waiting for: route vectors %u, sources' tokens %u, our scatters %u, CONS %u, "
+			      "combine rows %u, combine scatter %u; engine ops %u",
+			      atomic_load(&s->route_left), atomic_load(&s->data_left), atomic_load(&s->tx_left),
+			      atomic_load(&s->cons_left), atomic_load(&s->comb_left), atomic_load(&s->comb_tx_left),
+			      atomic_load(&s->ops));
+	}
+	return o < (int)cap ? o : (int)cap - 1;
 }

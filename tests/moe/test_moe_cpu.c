@@ -9,6 +9,10 @@
  *               with an error that names it, within the deadline
  *   capacity    a round that gives an expert more rows than it holds fails
  *               on every rank with -ENOSPC naming the expert
+ *   staged      bf16 with the four data buffers in (fake) GPU memory: the
+ *               engine stages them through pinned mirrors and counts an
+ *               immediate only after its notice's copy into the buffer, the
+ *               engine path of a GPU (tests/gpu_fake/fake_cuda.c)
  *
  *   test_moe_cpu NPROCS MODE       (XFER_TEST_PROVIDER=shm|tcp)
  */
@@ -17,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fake_cuda.h"
 #include "helpers.h"
 #include "moe.h"
 #include "moe_test.h"
@@ -190,7 +195,21 @@ static int child(int idx, int fd, void *arg)
 		a.heartbeat_misses = 10;
 	}
 	xfer_moe_t *m = NULL;
-	int rc = xfer_moe_create(&c, &a, NULL, &m);
+	struct xfer_moe_buffers gb = {0}, *bufs = NULL;
+	if (is("staged")) {
+		/* The GPU's buffers (moe_host.cu's create): data in device memory,
+		 * route vectors and control words in pinned host memory. */
+		struct xfer_moe_sizes z;
+		CHECK_OK(xfer_moe_sizes(&c, &z));
+		fake_cuda_install();
+		setenv("XFER_GPU_IPC", "0", 1); /* through the NICs, as the device run's engine path */
+		CHECK((gb.send = fake_cuda_alloc(z.send_bytes, 0)) != NULL);
+		CHECK((gb.recv = fake_cuda_alloc(z.recv_bytes, 0)) != NULL);
+		CHECK((gb.comb_send = fake_cuda_alloc(z.comb_send_bytes, 0)) != NULL);
+		CHECK((gb.comb_recv = fake_cuda_alloc(z.comb_recv_bytes, 0)) != NULL);
+		bufs = &gb;
+	}
+	int rc = xfer_moe_create(&c, &a, bufs, &m);
 	uint8_t *info = malloc(INFO_MAX);
 	int n = rc ? 0 : xfer_moe_local_info(m, info, INFO_MAX, NULL);
 	CHECK(n >= 0);
@@ -207,6 +226,18 @@ static int child(int idx, int fd, void *arg)
 	CHECK_OK(xfer_moe_connect(m, ptrs, lens));
 	int errors = run_rank(rank, m, &c);
 	xfer_moe_destroy(m);
+	if (bufs) {
+		struct fake_cuda_counts fc = fake_cuda_counts();
+		if (rank == 0)
+			printf("rank 0: %llu pinned mirrors, %llu staging copies out, %llu into the buffers\n",
+			       (unsigned long long)fc.host_allocs, (unsigned long long)fc.dtoh,
+			       (unsigned long long)fc.htod);
+		CHECK(fc.host_allocs >= 4 && fc.dtoh > 0 && fc.htod > 0);
+		fake_cuda_free(gb.send);
+		fake_cuda_free(gb.recv);
+		fake_cuda_free(gb.comb_send);
+		fake_cuda_free(gb.comb_recv);
+	}
 	free(info);
 	free(infos);
 	if (errors)

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 #define XFER_MOE_CUDA_API __attribute__((visibility("default")))
-#define XFER_MOE_CUDA_VERSION 1
+#define XFER_MOE_CUDA_VERSION 2
 
 enum xfer_moe_wait {
 	/* a one-warp kernel spins on the flags (with the deadline): the right
@@ -79,6 +79,14 @@ XFER_MOE_CUDA_API int xfer_moe_cuda_combine_send(xfer_moe_cuda_t *g, const void 
 						 uint64_t stream);
 XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, uint32_t n, const float *weights,
 						 void *out, uint64_t stream);
+
+/* 1 when contexts on `device` are shared through MPS (the CUDA MPS control
+ * daemon runs; kernels of several processes then run at once instead of in
+ * time slices), 0 when not, or a negative errno. */
+XFER_MOE_CUDA_API int xfer_moe_cuda_mps_enabled(int device);
+/* How many of this library's kernels the driver reports loaded after create
+ * preloaded them (all: 8), or -1 when the driver cannot say. */
+XFER_MOE_CUDA_API int xfer_moe_cuda_kernels_loaded(const xfer_moe_cuda_t *g);
 
 /* Benchmark helper: a one-thread kernel on `stream` that stores the GPU's
  * global timer (ns, one clock for every process on the device) in *dst. */

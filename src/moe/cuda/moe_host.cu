@@ -56,20 +56,86 @@ static int cuda_fail(cudaError_t e, const char *what)
 	} while (0)
 
 typedef CUresult (*batch_fn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
+typedef CUresult (*func_load_fn)(CUfunction);
+typedef CUresult (*func_is_loaded_fn)(CUfunctionLoadingState *, CUfunction);
+typedef CUresult (*loading_mode_fn)(CUmoduleLoadingMode *);
 
-/* The stream memory operations are a driver API: found at first use, so
- * that this library loads (and fails politely) without a driver. */
-static batch_fn batch_op(void)
+/* Driver entry points the runtime does not wrap: found at first use, so
+ * that this library loads (and fails politely) without a driver. Any of
+ * them may be missing (older drivers); callers cope. */
+struct driver_fns {
+	batch_fn batch;
+	func_load_fn func_load;
+	func_is_loaded_fn func_is_loaded;
+	loading_mode_fn loading_mode;
+};
+
+static const struct driver_fns *driver(void)
 {
-	static batch_fn fn;
+	static struct driver_fns fns;
 	static bool tried;
 	if (!tried) {
 		tried = true;
 		void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-		if (h)
-			fn = (batch_fn)dlsym(h, "cuStreamBatchMemOp_v2");
+		if (h) {
+			fns.batch = (batch_fn)dlsym(h, "cuStreamBatchMemOp_v2");
+			fns.func_load = (func_load_fn)dlsym(h, "cuFuncLoad");
+			fns.func_is_loaded = (func_is_loaded_fn)dlsym(h, "cuFuncIsLoaded");
+			fns.loading_mode = (loading_mode_fn)dlsym(h, "cuModuleGetLoadingMode");
+		}
 	}
-	return fn;
+	return &fns;
+}
+
+static batch_fn batch_op(void)
+{
+	return driver()->batch;
+}
+
+/* Every kernel of this library, for preloading. */
+static const void *const all_kernels[] = {
+	(const void *)moe_wait_kernel, (const void *)moe_route_kernel, (const void *)moe_pack_kernel,
+	(const void *)moe_plan_kernel, (const void *)moe_shuffle_kernel, (const void *)moe_comb_send_kernel,
+	(const void *)moe_stamp_kernel, (const void *)moe_comb_recv_kernel,
+};
+#define N_KERNELS (sizeof(all_kernels) / sizeof(all_kernels[0]))
+
+/*
+ * Loads every kernel now. With lazy loading (the default since CUDA 12.2) a
+ * kernel is loaded at its first launch, and loading may synchronize the
+ * whole context: everything queued must finish, and the driver holds back
+ * other threads' work meanwhile. A first launch behind a wait that the host
+ * proxy releases (engine path: the proxy needs the engine's staging copies,
+ * which are driver calls of this context) then deadlocks until the wait's
+ * deadline. The first GPU run showed exactly that: round 1 of every engine
+ * run timed out (docs/moe.md, "Waits on a GPU"). cudaFuncGetAttributes needs
+ * the loaded function; cuFuncLoad, where the driver has it, says so
+ * explicitly. Returns how many kernels the driver reports loaded (-1: it
+ * cannot say).
+ */
+static int preload_kernels(void)
+{
+	const struct driver_fns *dr = driver();
+	int loaded = dr->func_is_loaded ? 0 : -1;
+	for (size_t i = 0; i < N_KERNELS; i++) {
+		cudaFuncAttributes fa;
+		if (cudaFuncGetAttributes(&fa, all_kernels[i]) != cudaSuccess)
+			return fail(-EIO, "cudaFuncGetAttributes (preloading kernel %zu): %s", i,
+				    cudaGetErrorString(cudaGetLastError()));
+		cudaFunction_t fn = NULL;
+		if (cudaGetFuncBySymbol(&fn, all_kernels[i]) != cudaSuccess || !fn) {
+			cudaGetLastError();
+			loaded = -1;
+			continue;
+		}
+		if (dr->func_load)
+			dr->func_load((CUfunction)fn);
+		CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_UNLOADED;
+		if (loaded >= 0 && dr->func_is_loaded((CUfunctionLoadingState *)&st, (CUfunction)fn) == CUDA_SUCCESS &&
+		    st == CU_FUNCTION_LOADING_STATE_LOADED)
+			loaded++;
+	}
+	return loaded;
 }
 
 struct ipc_blob {
@@ -97,6 +163,8 @@ struct xfer_moe_cuda {
 	uint32_t route_threads, route_smem, pack_smem, grid;
 	CUdeviceptr *wait_ptr[WP_N]; /* W+1 each, for stream waits */
 	cudaStream_t rel;
+	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
+	int kernels_loaded;     /* preload_kernels' answer */
 	uint8_t uuid[16];
 	bool connected;
 };
@@ -349,6 +417,12 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	CU(cudaIpcGetMemHandle(&g->ipc[1], g->send), "cudaIpcGetMemHandle (send buffer)");
 	CU(cudaIpcGetMemHandle(&g->ipc[2], g->comb_recv), "cudaIpcGetMemHandle (combine buffer)");
 	CU(cudaStreamCreateWithFlags(&g->rel, cudaStreamNonBlocking), "cudaStreamCreate");
+	/* pinned, so that debug's copy is a plain DMA on its own stream (a
+	 * copy to pageable memory goes through the driver's staging buffers) */
+	CU(cudaHostAlloc((void **)&g->dbg_h, 4ull * (1 + 3 * W + CNT_N + MISC_N), cudaHostAllocPortable),
+	   "cudaHostAlloc (debug)");
+	if ((g->kernels_loaded = preload_kernels()) < -1)
+		return g->kernels_loaded;
 	memset(bufs, 0, sizeof(*bufs));
 	bufs->send = g->send;
 	bufs->recv = g->recv;
@@ -582,10 +656,7 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *b
 		return fail(-EINVAL, "xfer_moe_cuda_debug: bad arguments");
 	CU(cudaSetDevice(g->device), "cudaSetDevice");
 	const moe_dev &d = g->d;
-	uint32_t W = d.W, n = 1 + 3 * W + CNT_N + MISC_N;
-	uint32_t *h = (uint32_t *)calloc(n, 4);
-	if (!h)
-		return fail(-ENOMEM, "out of memory");
+	uint32_t W = d.W, *h = g->dbg_h;
 	uint64_t offs[6] = {d.o_round, d.o_ready, d.o_cons, d.o_comb, d.o_cnt, d.o_misc};
 	uint32_t cnt[6] = {1, W, W, W, CNT_N, MISC_N}, at = 0;
 	cudaError_t e = cudaSuccess;
@@ -595,10 +666,8 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *b
 	}
 	if (e == cudaSuccess)
 		e = cudaStreamSynchronize(g->rel);
-	if (e != cudaSuccess) {
-		free(h);
+	if (e != cudaSuccess)
 		return cuda_fail(e, "reading the arena");
-	}
 	const struct xfer_moe_ctl *c = g->ctl_h;
 	int o = snprintf(buf, cap, "rank %u: device round %u; ctl k_route %u k_packed %u k_recv_done %u "
 			 "k_comb_packed %u k_comb_done %u k_error %u/%u recv_flag %u comb_flag %u tx_ready %u "
@@ -611,8 +680,25 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *b
 	o = list(buf, cap, o, "comb", h + 1 + 2 * W, W);
 	o = list(buf, cap, o, "counters", h + 1 + 3 * W, 6);
 	o = list(buf, cap, o, "misc(rec,q_remote,q_total,bad)", h + 1 + 3 * W + CNT_N, 4);
-	free(h);
+	CUmoduleLoadingMode lm = (CUmoduleLoadingMode)0;
+	const struct driver_fns *dr = driver();
+	bool lm_ok = dr->loading_mode && dr->loading_mode(&lm) == CUDA_SUCCESS;
+	int mps = xfer_moe_cuda_mps_enabled(g->device);
+	o += snprintf(buf + o, o < (int)cap ? cap - (size_t)o : 0, "; kernels loaded %d/%zu (module loading %s), mps %d",
+		      g->kernels_loaded, N_KERNELS, !lm_ok ? "?" : lm == CU_MODULE_LAZY_LOADING ? "lazy" : "eager", mps);
 	return o < (int)cap ? o : (int)cap - 1;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_mps_enabled(int device)
+{
+	int v = 0;
+	CU(cudaDeviceGetAttribute(&v, cudaDevAttrMpsEnabled, device), "cudaDeviceGetAttribute (MPS)");
+	return v ? 1 : 0;
+}
+
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_kernels_loaded(const xfer_moe_cuda_t *g)
+{
+	return g ? g->kernels_loaded : fail(-EINVAL, "no module");
 }
 
 extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_stamp(uint64_t *dst, uint64_t stream)
@@ -662,6 +748,8 @@ extern "C" XFER_MOE_CUDA_API void xfer_moe_cuda_destroy(xfer_moe_cuda_t *g)
 		cudaFreeHost(g->rtab_h);
 	if (g->rel)
 		cudaStreamDestroy(g->rel);
+	if (g->dbg_h)
+		cudaFreeHost(g->dbg_h);
 	for (int i = 0; i < WP_N; i++)
 		free(g->wait_ptr[i]);
 	free(g->opened);
