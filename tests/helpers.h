@@ -51,6 +51,12 @@ int t_run_procs(int n, t_proc_fn child, t_parent_fn parent, void *arg);
 /* Two processes: a runs here as index 0, b in a child as index 1. */
 int t_run_pair(t_proc_fn a, t_proc_fn b, void *arg);
 
+/* Runs fn in a fresh child process and returns its exit status. A process
+ * that opened an RDMA device must not fork peers afterwards (rdma-core and
+ * libfabric's verbs provider keep per-process state a child cannot use), so
+ * a test with several rounds of t_run_pair runs each round isolated. */
+int t_run_isolated(int (*fn)(void));
+
 void t_send_blob(int fd, const void *buf, size_t len);
 size_t t_recv_blob(int fd, void *buf, size_t cap);
 void t_send_u64(int fd, uint64_t v);
