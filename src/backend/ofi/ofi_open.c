@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <rdma/fi_errno.h>
 
 #include "util/log.h"
+#include "backend/ibv/ibv_backend.h"
 #include "backend/ofi/ofi.h"
 #include "xfer.h"
 
@@ -239,10 +241,58 @@ static int remove_stale_shm_files(void)
 	return removed;
 }
 
+/* ofi_rxm 1.17 gives each endpoint one verbs CQ of (msg tx size + msg rx
+ * size) x FI_UNIVERSE_SIZE entries: 128 + 128 by default, times 256, is
+ * 65,536, and rxe allows 32,767 (ConnectX about 4 million), so fi_enable
+ * fails with -FI_EINVAL. libfabric reads the universe size once, when it
+ * initializes, and has no call to set it. So before our first libfabric
+ * call, if that call may open verbs and the user chose no universe size, we
+ * choose the largest that fits the smallest RDMA device's CQ (the default
+ * when it fits). The environment is the only knob; an application that
+ * initialized libfabric before us must set FI_UNIVERSE_SIZE itself. */
+static size_t env_size(const char *name, size_t def)
+{
+	const char *v = getenv(name);
+	char *end;
+	if (!v || !*v)
+		return def;
+	unsigned long long x = strtoull(v, &end, 0);
+	return *end || !x ? def : (size_t)x;
+}
+
+static void fit_rxm_cq(void)
+{
+	if (getenv("FI_UNIVERSE_SIZE"))
+		return;
+	int cqe = xi_ibv_min_cqe();
+	if (cqe <= 0)
+		return;
+	size_t per = env_size("FI_OFI_RXM_MSG_TX_SIZE", 128) + env_size("FI_OFI_RXM_MSG_RX_SIZE", 128);
+	size_t universe = (size_t)cqe / per;
+	if (universe >= 256)
+		return;
+	char v[32];
+	snprintf(v, sizeof(v), "%zu", universe ? universe : 1);
+	setenv("FI_UNIVERSE_SIZE", v, 0);
+	xinfo("FI_UNIVERSE_SIZE=%s: rxm's verbs CQs then fit the device's %d entries", v, cqe);
+}
+
+static bool may_open_verbs(const char *provider)
+{
+	return !provider || !*provider || !strcmp(provider, "auto") || strstr(provider, "verbs");
+}
+
 static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain);
 
 static int ofi_open(struct xfer_nic *nic, const char *provider, const char *domain)
 {
+	static pthread_mutex_t first_lock = PTHREAD_MUTEX_INITIALIZER;
+	static bool first_done;
+	pthread_mutex_lock(&first_lock);
+	if (!first_done && may_open_verbs(provider))
+		fit_rxm_cq();
+	first_done = true;
+	pthread_mutex_unlock(&first_lock);
 	int ret = ofi_open_once(nic, provider, domain);
 	if (ret == -EBUSY) {
 		/* shm itself unlinks the stale file it tripped over, but fails this
@@ -295,6 +345,9 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	if (ret) {
 		xerr("opening %s on %s failed: %s", fi->fabric_attr->prov_name,
 		     fi->domain_attr->name, fi_strerror(-ret));
+		if (ret == -FI_EINVAL && strstr(fi->fabric_attr->prov_name, "verbs"))
+			xerr("(rxm's CQ may exceed the device's limit: set FI_UNIVERSE_SIZE lower, e.g. 64, "
+			     "before libfabric initializes)");
 		ofi_close(nic);
 		return xi_ofi_errno(ret);
 	}
