@@ -106,6 +106,23 @@ static int stable_main(int fd)
 		uint64_t cmd = t_recv_u64(fd);
 		if (cmd == 0)
 			break;
+		if (cmd & STABLE_EXPECT) {
+			/* A case's own write (scatter, barrier) lands here: arm, wait,
+			 * and verify the first page when asked to. */
+			uint32_t imm = (uint32_t)cmd;
+			struct xfer_completion c = {.user_data = cmd, .timeout_ms = 15000};
+			CHECK_OK(xfer_expect_imm(e, imm, 1, &c));
+			t_send_u64(fd, cmd);
+			struct xfer_cqe cqe = t_wait_cqe(e, 20000);
+			CHECK(cqe.user_data == cmd && cqe.res == 0);
+			if (cmd & STABLE_VERIFY) {
+				t_fill(want, 4096, imm);
+				CHECK(memcmp(buf, want, 4096) == 0);
+			}
+			t_send_u64(fd, cmd);
+			round--;
+			continue;
+		}
 		struct xfer_completion c = {.user_data = round, .timeout_ms = 10000};
 		CHECK_OK(xfer_expect_imm(e, STABLE_IMM, 1, &c));
 		t_send_u64(fd, round);
