@@ -15,6 +15,13 @@ const char *t_provider(void)
 	return p && *p ? p : "tcp";
 }
 
+unsigned t_time_scale(void)
+{
+	const char *v = getenv("XFER_TEST_TIME_SCALE");
+	long x = v && *v ? strtol(v, NULL, 10) : 1;
+	return x >= 1 && x <= 50 ? (unsigned)x : 1;
+}
+
 /* Set in every process t_run_procs forks. */
 static int in_child;
 
@@ -32,7 +39,7 @@ void t_attr(struct xfer_attr *a)
 		a->nics = nics ? nics : "lo";
 	else
 		a->nics = nics && *nics ? nics : NULL;
-	a->timeout_ms = 30000;
+	a->timeout_ms = 30000ull * t_time_scale();
 }
 
 xfer_engine_t *t_engine(const struct xfer_attr *a)
@@ -137,6 +144,7 @@ void t_sync_worker(xfer_engine_t *e)
 struct xfer_cqe t_wait_cqe(xfer_engine_t *e, uint64_t timeout_ms)
 {
 	struct xfer_cqe c;
+	timeout_ms *= t_time_scale();
 	int n = xfer_cq_wait(e, &c, 1, timeout_ms);
 	if (n != 1) {
 		fprintf(stderr, "no completion within %llu ms: %s\n", (unsigned long long)timeout_ms,

@@ -38,6 +38,10 @@
 const char *t_provider(void);
 /* Engine attributes for the provider under test, on loopback for tcp. */
 void t_attr(struct xfer_attr *a);
+/* $XFER_TEST_TIME_SCALE (default 1): how many times longer than on a
+ * quiet host the waits, heartbeat allowances and default deadlines of the
+ * tests are. The soft-RoCE VM (software RDMA on an emulated CPU) sets it. */
+unsigned t_time_scale(void);
 /* Creates an engine, or exits 77 when the provider is not available here. */
 xfer_engine_t *t_engine(const struct xfer_attr *a);
 
@@ -75,7 +79,7 @@ xfer_rmr_t *t_recv_rmr(xfer_engine_t *e, xfer_peer_t peer, int fd);
  * ThreadSanitizer. Real receivers learn of data through immediates. */
 void t_sync_worker(xfer_engine_t *e);
 
-/* Waits for one completion; fails the test after timeout_ms. */
+/* Waits for one completion; fails the test after timeout_ms (scaled). */
 struct xfer_cqe t_wait_cqe(xfer_engine_t *e, uint64_t timeout_ms);
 
 /* Deterministic bytes: byte i of a stream seeded by `seed`. */

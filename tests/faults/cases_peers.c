@@ -14,14 +14,15 @@
 #define K_PAGE 64u
 
 /* Both ends probe each other, as peers in production would. One second of
- * allowance: these cases run 20 times in a row, also under TSan, and with
- * half a second a worker starved that long on a loaded 2-core machine has
- * had its own silence blamed on the healthy stable peer. */
+ * allowance, times the time scale: these cases run 20 times in a row, also
+ * under TSan, and with half a second a worker starved that long on a loaded
+ * 2-core machine (or on an emulated CPU) has had its own silence blamed on
+ * the healthy stable peer. */
 static void fast_heartbeat(struct xfer_attr *a, int role)
 {
 	if (role <= 1) {
 		a->heartbeat_ms = 100;
-		a->heartbeat_misses = 10;
+		a->heartbeat_misses = 10 * t_time_scale();
 	}
 }
 
@@ -30,6 +31,7 @@ static void fast_heartbeat(struct xfer_attr *a, int role)
 static void wait_dead(struct fault_init *f, uint64_t ms)
 {
 	uint64_t start = mono_ns();
+	ms *= t_time_scale();
 	while (xfer_peer_state(f->e, f->t) != XFER_PEER_DEAD) {
 		CHECK(ms_since(start) < ms);
 		usleep(1000);

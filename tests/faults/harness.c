@@ -20,6 +20,7 @@ void reap_exactly(xfer_engine_t *e, uint64_t base, uint32_t n, int32_t *res, uin
 {
 	unsigned char *seen = calloc(n, 1);
 	CHECK(seen);
+	timeout_ms *= t_time_scale();
 	uint64_t start = mono_ns();
 	for (uint32_t got = 0; got < n;) {
 		uint64_t spent = ms_since(start);

@@ -52,7 +52,8 @@ int fault_run(const struct fault_case *c);
 void stable_check(struct fault_init *f);
 
 /* Collects exactly `n` completions, failing on a duplicate user_data or a
- * wait past timeout_ms; the results land in res[user_data - base]. */
+ * wait past timeout_ms (scaled, t_time_scale); the results land in
+ * res[user_data - base]. */
 void reap_exactly(xfer_engine_t *e, uint64_t base, uint32_t n, int32_t *res, uint64_t timeout_ms);
 /* No completion arrives within ms. */
 void reap_none(xfer_engine_t *e, uint64_t ms);
