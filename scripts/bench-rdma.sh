@@ -8,7 +8,7 @@
 # say which path costs more on this machine, nothing about a NIC.
 #   scripts/bench-rdma.sh BUILD [SECONDS]
 BUILD=${1:-build}
-SECS=${2:-2}
+SECS=${2:-3}
 BIN=$BUILD/bin
 OUT=${BENCH_OUT:-/tmp/bench-rdma}
 mkdir -p "$OUT"

@@ -119,7 +119,7 @@ static int stop_init(struct fault_init *f)
 	uint64_t start = mono_ns();
 	xfer_engine_stop(e2);
 	uint64_t took = ms_since(start);
-	CHECK(took < 5000);
+	CHECK(took < 5000 * t_time_scale());
 	xfer_engine_stop(e2); /* idempotent */
 	struct xfer_write w = {.src = src, .dst = r, .len = 1};
 	CHECK_RC(xfer_write(e2, &w, NULL), -ESHUTDOWN);
