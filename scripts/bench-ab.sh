@@ -4,7 +4,10 @@
 # machine, and per row the two medians, their ratio and each side's round
 # spread ((max - min) / median). A ratio inside the larger spread is noise.
 #
-#   scripts/bench-ab.sh OLD_BUILD NEW_BUILD [provider]
+#   scripts/bench-ab.sh OLD_BUILD NEW_BUILD [provider | old_provider:new_provider]
+#
+# The second form compares across a rename, e.g. shm:ofi-shm (libfabric's shm
+# was "shm" before xfer had its own same-host backend).
 #
 # Environment: XFER_AB_ROUNDS (default 3, at least 3), XFER_AB_SECONDS per
 # row and round (default 0.5), XFER_AB_ARGS the rows (default below), e.g.
@@ -15,6 +18,7 @@ if [ $# -lt 2 ]; then
 	exit 2
 fi
 old=$1/bin/xfer-bench new=$2/bin/xfer-bench provider=${3:-tcp}
+old_provider=${provider%%:*} new_provider=${provider#*:}
 rounds=${XFER_AB_ROUNDS:-3} seconds=${XFER_AB_SECONDS:-0.5}
 rows=${XFER_AB_ARGS:---op single,paged,imm,send --size 64,4K,64K,1M,16M --page-size 4K,64K --pages 100,10000}
 [ "$rounds" -ge 3 ] || { echo "$0: XFER_AB_ROUNDS must be at least 3" >&2; exit 2; }
@@ -27,10 +31,10 @@ read -r load _ < /proc/loadavg
 echo "bench-ab: $provider, $rounds rounds of $seconds s per row and build, $(nproc) CPUs, load $load"
 for r in $(seq 1 "$rounds"); do
 	for side in old new; do
-		bin=$old
-		[ $side = new ] && bin=$new
+		bin=$old prov=$old_provider
+		[ $side = new ] && bin=$new prov=$new_provider
 		# shellcheck disable=SC2086
-		"$bin" --provider "$provider" --baseline none --seconds "$seconds" --rounds 1 --no-trace \
+		"$bin" --provider "$prov" --baseline none --seconds "$seconds" --rounds 1 --no-trace \
 			--json $rows > "$out/$side.$r.json" 2> "$out/$side.$r.err" ||
 			{ echo "$0: $side round $r failed:" >&2; tail -5 "$out/$side.$r.err" >&2; exit 1; }
 		echo "  round $r $side done" >&2
