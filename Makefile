@@ -85,7 +85,7 @@ RDMA_LAYOUTS ?= one two
 test-rdma: build
 	@test -x "$(RXE_VM)/run.sh" || { echo "test-rdma: no rxe-vm (RXE_VM=...)"; exit 1; }
 	$(RXE_VM)/run.sh --rxe 4 --timeout 3600 --share $(abspath $(BUILD)) \
-		$(if $(RDMA_TESTS),--env RDMA_TESTS="$(RDMA_TESTS)") \
+		$(if $(RDMA_TESTS),--env RDMA_TESTS="$(RDMA_TESTS)") $(if $(RDMA_FULL),--env RDMA_FULL=$(RDMA_FULL)) \
 		-- scripts/rdma-suite.sh $(BUILD) "$(RDMA_PROVIDERS)" "$(RDMA_LAYOUTS)"
 
 # The raw backend, verbs;ofi_rxm and ib_write_bw side by side in one VM run.
