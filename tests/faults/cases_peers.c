@@ -241,10 +241,11 @@ static int wedge_init(struct fault_init *f)
 		struct xfer_completion c = {.user_data = 1000 + i, .timeout_ms = 60000};
 		CHECK_OK(xfer_write(f->e, &w, &c));
 	}
-	/* Four allowances: the stable peer stays live throughout; the hung
-	 * target is declared dead, which completes every write to it early. */
+	/* Two and a half allowances (both scaled by t_time_scale): the stable
+	 * peer stays live throughout; the hung target is declared dead, which
+	 * completes every write to it early. */
 	uint64_t start = mono_ns();
-	while (ms_since(start) < W_WATCH_MS) {
+	while (ms_since(start) < W_WATCH_MS * t_time_scale()) {
 		CHECK(xfer_peer_state(f->e, f->s) == XFER_PEER_LIVE);
 		usleep(10000);
 	}
@@ -423,7 +424,7 @@ static void heartbeat_2s(struct xfer_attr *a, int role)
 {
 	if (role <= 1) {
 		a->heartbeat_ms = 100;
-		a->heartbeat_misses = 20;
+		a->heartbeat_misses = 20 * t_time_scale();
 	}
 }
 
