@@ -27,7 +27,7 @@ export XFER_TEST_TIME_SCALE=${XFER_TEST_TIME_SCALE:-4}
 # out: network_partition (needs netns around rxe) and the tcp-only multinic
 # namespaces; too_many_regions and send_too_large test the core alone (they
 # run on tcp and shm in make test).
-DEFAULT_TESTS="test_write test_send test_paged test_imm test_bad_input test_backpressure
+DEFAULT_TESTS="test_write test_chunks test_send test_paged test_imm test_bad_input test_backpressure
 test_scatter:4 test_gpu_fake:write-staged test_gpu_fake:scatter-staged
 faults:forged_key faults:stale_descriptor faults:revoke_late_writes faults:dereg_in_flight
 faults:cancel_mid_paged faults:stop_in_flight faults:kill_target_mid_paged
@@ -40,7 +40,7 @@ TESTS=${RDMA_TESTS:-$DEFAULT_TESTS}
 # make test-rdma within ~20 minutes on a 2-vCPU CI machine (TCG emulation),
 # the two-NIC layout runs this subset; RDMA_FULL=1 (or RDMA_TESTS) runs
 # everything in both layouts.
-TWO_NIC_TESTS="test_write test_paged test_imm test_scatter:4 faults:kill_target_mid_paged
+TWO_NIC_TESTS="test_write test_chunks test_paged test_imm test_scatter:4 faults:kill_target_mid_paged
 faults:scatter_dead_member"
 if [ -n "$RDMA_TESTS" ] || [ "${RDMA_FULL:-0}" = 1 ]; then TWO_NIC_TESTS=$TESTS; fi
 
