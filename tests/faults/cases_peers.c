@@ -228,7 +228,7 @@ static int wedge_init(struct fault_init *f)
 	CHECK_OK(xfer_engine_nic_info(f->e, 0, &ni));
 	/* More writes than the NIC takes at once: every credit held, more queued. */
 	uint32_t n = ni.tx_depth + 256;
-	usleep(300000); /* both peers answer PINGs by now */
+	usleep(300000 * t_time_scale()); /* both peers answer PINGs by now */
 	CHECK(xfer_peer_state(f->e, f->s) == XFER_PEER_LIVE);
 	struct xfer_completion c0 = {.user_data = 999, .timeout_ms = 60000};
 	CHECK_OK(xfer_write_imm(f->e, f->t, W_IMM, &c0));
@@ -293,7 +293,7 @@ static int kill_scatter_init(struct fault_init *f)
 	for (uint64_t k = 0; k < S_CALLS; k++) {
 		struct xfer_scatter sc = {.src = f->src, .entries = en, .n = S_ENTRIES, .imm = 9,
 					  .flags = XFER_F_IMM, .status = status[k]};
-		struct xfer_completion c = {.user_data = 600 + k, .timeout_ms = 10000};
+		struct xfer_completion c = {.user_data = 600 + k, .timeout_ms = 10000 * t_time_scale()};
 		CHECK_OK(xfer_scatter(f->e, g, &sc, &c));
 	}
 	int32_t res[S_CALLS];
