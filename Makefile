@@ -77,8 +77,9 @@ check-all: test test-asan test-tsan
 # Real RDMA in a throw-away VM with soft-RoCE devices (shared/tools/rxe-vm,
 # README there): the C suite's RDMA subset and its fault cases on
 # verbs;ofi_rxm and on the raw ibverbs backend, one NIC and two NICs per
-# engine (scripts/rdma-suite.sh). About 10 minutes on a quiet 2-CPU host
-# with TCG emulation; RDMA_PROVIDERS / RDMA_LAYOUTS / RDMA_TESTS narrow it.
+# engine (scripts/rdma-suite.sh; two NICs: a subset, RDMA_FULL=1 for all).
+# 25 minutes on a 2-vCPU host under load average 30 with TCG emulation
+# (2026-12-01); RDMA_PROVIDERS / RDMA_LAYOUTS / RDMA_TESTS narrow it.
 RXE_VM ?= $(firstword $(wildcard shared/tools/rxe-vm ../shared/tools/rxe-vm))
 RDMA_PROVIDERS ?= verbs ibverbs
 RDMA_LAYOUTS ?= one two
