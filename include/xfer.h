@@ -89,7 +89,12 @@ struct xfer_attr {
 	uint32_t msg_max;      /* largest SEND payload in bytes */
 	uint32_t imm_slots;    /* distinct immediate values tracked at once */
 	uint32_t max_regions;  /* registered regions at once (-ENOSPC past it) */
-	uint32_t spin_us;      /* worker busy-polls this long before sleeping */
+	uint32_t spin_us;      /* worker busy-polls this long before sleeping (XFER_SPIN_FOREVER: never sleeps) */
+	/* 1: busy-poll completion mode. The worker never sleeps or yields, and
+	 * xfer_cq_wait / xfer_recv_wait spin on the queue until their deadline
+	 * instead of sleeping on a futex: two cores kept busy per engine for the
+	 * shortest hand-off. 0 (default): spin briefly, then sleep. */
+	uint32_t busy_poll;
 	uint64_t timeout_ms;   /* default deadline of waits and operations */
 	int log_level;         /* enum xfer_log_level; process-wide, set at creation */
 	xfer_recv_fn on_recv;  /* optional: receive by callback instead of xfer_recv */
@@ -378,8 +383,20 @@ typedef void (*xfer_watch_fn)(void *ctx, uint64_t old_value, uint64_t new_value)
  * calls cb(old, new) when it changes. The word is pinned host memory mapped
  * into the GPU when CUDA is present (write it from a kernel through
  * xfer_watcher_device_ptr; CUDA Graph capture and replay work, since it is a
- * plain store), plain host memory otherwise. spin_us: how long the thread
- * spins after a change before it backs off to 50 us sleeps (0: 1000). */
+ * plain store), plain host memory otherwise.
+ *
+ * spin_us picks the thread's mode:
+ *   0 (default)  spin mode for a watcher whose word is mapped into a GPU,
+ *                hybrid with a 1000 us window otherwise;
+ *   XFER_SPIN_FOREVER  spin mode: the thread polls without ever sleeping on
+ *                a core of its own (pinned: XFER_WATCHER_CPU=<cpu>, default
+ *                the last CPU this process may use; XFER_WATCHER_CPU=-1
+ *                leaves it unpinned), as the fabric-lib watcher does;
+ *   other        hybrid mode, for hosts without a core to spare: spins
+ *                spin_us after each change, then naps of about 10 us (timer
+ *                slack 1 us) until the word moves again.
+ * XFER_WATCHER_MODE=spin|hybrid overrides the default of spin_us 0. */
+#define XFER_SPIN_FOREVER 0xffffffffu
 int xfer_watcher_create(xfer_watch_fn cb, void *ctx, uint32_t spin_us, xfer_watcher_t **out);
 void xfer_watcher_destroy(xfer_watcher_t *w);
 volatile uint64_t *xfer_watcher_word(xfer_watcher_t *w);
@@ -422,7 +439,10 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *out);
 
 /* Host-proxy overhead tracing (benchmarks): when enabled, each operation
  * leaves one record with CLOCK_MONOTONIC timestamps in ns. Records that do
- * not fit in the trace ring (65,536) are dropped, never waited for. */
+ * not fit in the trace ring (65,536) are dropped, never waited for.
+ * xfer_engine_trace's enable: 0 off, 1 every operation, N > 1 one
+ * operation in N (counted per submitting thread), so that a benchmark of
+ * small operations does not pay the clock reads on all of them. */
 struct xfer_trace {
 	uint64_t user_data;
 	uint32_t kind;

@@ -33,7 +33,10 @@ for r in $(seq 1 "$rounds"); do
 	for side in old new; do
 		bin=$old prov=$old_provider
 		[ $side = new ] && bin=$new prov=$new_provider
+		# Each side with its own libxfer: a copied build lacks the directory
+		# its binaries' RUNPATH names.
 		# shellcheck disable=SC2086
+		LD_LIBRARY_PATH="$(dirname "$(dirname "$bin")")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 		"$bin" --provider "$prov" --baseline none --seconds "$seconds" --rounds 1 --no-trace \
 			--json $rows > "$out/$side.$r.json" 2> "$out/$side.$r.err" ||
 			{ echo "$0: $side round $r failed:" >&2; tail -5 "$out/$side.$r.err" >&2; exit 1; }

@@ -35,6 +35,9 @@ struct bench_opts {
 	unsigned baselines;   /* bit per enum bench_impl other than IMPL_XFER */
 	bool verify, json, trace, raw_transmit, verbose;
 	bool raw_unpinned; /* --raw-pin off */
+	bool cpu_pin;      /* --cpu-pin on: see bench_layout */
+	bool busy_poll;    /* --busy-poll on: the engines' busy-poll completion mode */
+	bool busy_poll_set; /* --busy-poll given: else XFER_BUSY_POLL decides */
 	const char *plot;
 	const char *listen, *connect;
 };
@@ -71,6 +74,14 @@ struct pin_state {
 };
 void raw_pin(struct pin_state *p, enum pin_side side);
 void raw_unpin(struct pin_state *p);
+
+/* --cpu-pin: the application thread of each side goes where raw_pin puts
+ * that side's raw loop (initiator: first allowed CPU, target: last) for the
+ * whole run, and its engine's worker to the next one inwards (second,
+ * second to last), so that raw and xfer rows share one placement and no
+ * two busy threads share a core. Needs 4 allowed CPUs; with fewer it pins
+ * nothing and says so. Returns the worker's CPU, or -1 when unpinned. */
+int bench_layout(enum pin_side side, bool verbose);
 
 /* ------------------------------------------------------------ statistics */
 

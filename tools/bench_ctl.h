@@ -20,7 +20,7 @@ enum ctl_type {
 };
 
 #define CTL_MAGIC 0x58424e43u /* "XBNC" */
-#define CTL_VERSION 1
+#define CTL_VERSION 2
 #define CTL_MAX (64u << 10)
 
 struct ctl_hello {
@@ -29,6 +29,8 @@ struct ctl_hello {
 	uint32_t impls; /* bit per enum bench_impl the initiator will run */
 	uint32_t raw_transmit;
 	uint32_t raw_pin; /* pin the raw loop's threads (see raw_pin) */
+	uint32_t cpu_pin; /* --cpu-pin: lay out both sides (see bench_layout) */
+	int32_t busy_poll; /* --busy-poll: 0 off, 1 on, -1 as the environment says */
 	char provider[64];
 	char nics[192];
 };

@@ -38,6 +38,11 @@ void opts_usage(FILE *f)
 		"                          the engine's (default) or the provider's default\n"
 		"  --raw-pin on|off        pin the raw loop's thread on each side to its own\n"
 		"                          CPU during its rounds (default on)\n"
+		"  --cpu-pin on|off        pin each side's application thread where its raw\n"
+		"                          loop runs and its engine's worker to a core of its\n"
+		"                          own (needs 4 CPUs; default off)\n"
+		"  --busy-poll on|off      engines in busy-poll completion mode (XFER_BUSY_POLL;\n"
+		"                          default: the environment's, else off)\n"
 		"  --verify                the target checks every byte after each row\n"
 		"  --no-trace              do not collect the host-proxy overhead trace\n"
 		"  --verbose               print every round on stderr\n"
@@ -183,6 +188,13 @@ int opts_parse(int argc, char **argv, struct bench_opts *o)
 		} else if (!strcmp(a, "--raw-pin")) {
 			bad = strcmp(v, "on") && strcmp(v, "off");
 			o->raw_unpinned = !strcmp(v, "off");
+		} else if (!strcmp(a, "--cpu-pin")) {
+			bad = strcmp(v, "on") && strcmp(v, "off");
+			o->cpu_pin = !strcmp(v, "on");
+		} else if (!strcmp(a, "--busy-poll")) {
+			bad = strcmp(v, "on") && strcmp(v, "off");
+			o->busy_poll = !strcmp(v, "on");
+			o->busy_poll_set = true;
 		} else if (!strcmp(a, "--raw-completion")) {
 			bad = strcmp(v, "match") && strcmp(v, "transmit");
 			o->raw_transmit = !strcmp(v, "transmit");

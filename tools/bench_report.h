@@ -27,7 +27,8 @@ struct report {
 	FILE *tab; /* the human table: stdout, or stderr under --json */
 	struct row *rows;
 	size_t n, cap;
-	char provider[64], nics[192], completion[96];
+	char provider[64], nics[192], completion[160];
+	bool busy_poll; /* the engines' completion mode, for the JSON rows */
 	int misses;
 };
 

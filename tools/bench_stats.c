@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -124,4 +125,70 @@ void raw_unpin(struct pin_state *p)
 	memcpy(&saved, p->saved, sizeof(saved));
 	pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
 	p->pinned = false;
+}
+
+/* Whether CPUs a and b are hardware threads of one core (sysfs; false when
+ * it cannot tell). Two busy threads on one core would halve each other. */
+static bool smt_siblings(int a, int b)
+{
+	char path[96], list[256];
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", a);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool found = false;
+	if (fgets(list, sizeof(list), f)) {
+		/* "0,8" or "0-1": ranges separated by commas. */
+		for (char *t = strtok(list, ",\n"); t && !found; t = strtok(NULL, ",\n")) {
+			int lo, hi;
+			int k = sscanf(t, "%d-%d", &lo, &hi);
+			if (k == 1)
+				hi = lo;
+			found = k >= 1 && b >= lo && b <= hi;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+int bench_layout(enum pin_side side, bool verbose)
+{
+	cpu_set_t now, one;
+	int app = -1, worker = -1, total;
+	if (pthread_getaffinity_np(pthread_self(), sizeof(now), &now))
+		return -1;
+	total = CPU_COUNT(&now);
+	if (total < 4) {
+		fprintf(stderr, "xfer-bench: --cpu-pin needs 4 CPUs, this process may use %d: "
+				"nothing pinned\n", total);
+		return -1;
+	}
+	/* From this side's end inwards: the application where raw_pin puts the
+	 * raw loop, the worker on the next CPU that is not a hardware thread of
+	 * the same core (the nearest one if every other is). */
+	for (int k = 0; k < CPU_SETSIZE && worker < 0; k++) {
+		int c = side == PIN_INITIATOR ? k : CPU_SETSIZE - 1 - k;
+		if (!CPU_ISSET(c, &now))
+			continue;
+		if (app < 0)
+			app = c;
+		else if (!smt_siblings(app, c))
+			worker = c;
+	}
+	for (int k = 0; k < CPU_SETSIZE && worker < 0; k++) {
+		int c = side == PIN_INITIATOR ? k : CPU_SETSIZE - 1 - k;
+		if (CPU_ISSET(c, &now) && c != app)
+			worker = c;
+	}
+	CPU_ZERO(&one);
+	CPU_SET(app, &one);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one)) {
+		fprintf(stderr, "xfer-bench: --cpu-pin: cannot pin to CPU %d\n", app);
+		return -1;
+	}
+	if (verbose)
+		fprintf(stderr, "xfer-bench: %s: application thread on CPU %d, worker on CPU %d%s\n",
+			side == PIN_INITIATOR ? "initiator" : "target", app, worker,
+			smt_siblings(app, worker) ? " (same core: no other left)" : "");
+	return worker;
 }

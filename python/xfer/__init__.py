@@ -32,7 +32,7 @@ from ._recv import Message
 from ._region import Region, RemoteRegion, cuda_available
 from ._signal import Signal
 from ._topology import CPU_AUTO, TopologyDevice, nics_for_gpu, topology
-from ._watcher import Watcher
+from ._watcher import SPIN_FOREVER, Watcher
 from . import moe  # expert-parallel dispatch/combine (xfer.moe.MoE)
 from ._errors import (
     Again,
@@ -104,6 +104,7 @@ __all__ = [
     "Trace",
     "Signal",
     "Watcher",
+    "SPIN_FOREVER",
     "Device",
     "TopologyDevice",
     "cuda_available",

@@ -144,7 +144,8 @@ class Engine:
     comma-separated string or a list: ``"lo"``), ``worker_cpu`` (a CPU,
     -1 unpinned, or ``"auto"``/``xfer.CPU_AUTO``: near the first NIC),
     ``submit_depth``, ``max_ops``, ``recv_count``, ``msg_max``, ``imm_slots``,
-    ``max_regions``, ``spin_us``, ``timeout_ms`` (default deadline of operations),
+    ``max_regions``, ``spin_us``, ``busy_poll`` (1: the worker and the waits
+    spin instead of sleeping, docs/config.md), ``timeout_ms`` (default deadline of operations),
     ``log_level``, ``heartbeat_ms``, ``heartbeat_misses``.
 
     Python-side options:
@@ -177,6 +178,7 @@ class Engine:
         imm_slots: Optional[int] = None,
         max_regions: Optional[int] = None,
         spin_us: Optional[int] = None,
+        busy_poll: Optional[int] = None,
         timeout_ms: Optional[int] = None,
         log_level: Optional[int] = None,
         heartbeat_ms: Optional[int] = None,
@@ -188,7 +190,8 @@ class Engine:
         a, self._strings = make_attr(
             "Engine", provider, nics, worker_cpu=worker_cpu, submit_depth=submit_depth,  # type: ignore[arg-type]
             max_ops=max_ops, recv_count=recv_count, msg_max=msg_max, imm_slots=imm_slots,
-            max_regions=max_regions, spin_us=spin_us, timeout_ms=timeout_ms, log_level=log_level,
+            max_regions=max_regions, spin_us=spin_us, busy_poll=busy_poll, timeout_ms=timeout_ms,
+            log_level=log_level,
             heartbeat_ms=heartbeat_ms, heartbeat_misses=heartbeat_misses,
         )
         if on_recv is not None and not callable(on_recv):

@@ -118,6 +118,7 @@ class xfer_attr(Structure):
         ("imm_slots", c_uint32),
         ("max_regions", c_uint32),
         ("spin_us", c_uint32),
+        ("busy_poll", c_uint32),
         ("timeout_ms", c_uint64),
         ("log_level", c_int),
         ("on_recv", c_void_p),

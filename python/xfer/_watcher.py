@@ -156,6 +156,10 @@ def _hook_exit() -> None:
         atexit.register(_at_exit)
 
 
+#: ``spin_us`` of a watcher that never sleeps (``XFER_SPIN_FOREVER``): spin mode.
+SPIN_FOREVER = 0xFFFFFFFF
+
+
 class Watcher:
     """A 64-bit word that a GPU kernel (or any thread) bumps, and a thread
     that calls ``callback(old, new)`` whenever it changes (``xfer_watcher_*``).
@@ -164,9 +168,12 @@ class Watcher:
     (:attr:`device_ptr`, :meth:`tensor`); without it, plain host memory and
     ``device_ptr == 0`` — the watcher works the same for CPU producers.
     The word starts at 0; changes between two polls are coalesced into one
-    call (a jump from 3 to 7 is one call, (3, 7)). ``spin_us`` (None: the
-    library's 1000) is how long the thread polls without pause after a
-    change before it backs off to 50 µs sleeps.
+    call (a jump from 3 to 7 is one call, (3, 7)). ``spin_us`` picks the
+    thread's mode (docs/api.md §11): None or 0, the library's default (spin
+    mode, never sleeping on a core of its own, for a word mapped into a GPU;
+    hybrid with a 1000 µs window otherwise); :data:`SPIN_FOREVER`, spin
+    mode; any other value, hybrid: poll that long after a change, then nap
+    about 10 µs between polls.
 
     The callback runs on the watcher's own thread, holding the GIL; it may
     submit operations (e.g. a layer's paged writes). Whatever it raises is
@@ -189,7 +196,8 @@ class Watcher:
         st.h = h
         _live.add(st)
         self._st = st
-        self.spin_us: int = spin_us or 1000
+        #: As given (0: the library's default mode, see above).
+        self.spin_us: int = spin_us or 0
         #: Host address of the word (``xfer_watcher_word``); freed by close().
         self.word: int = int(_lib.xfer_watcher_word(h) or 0)
         #: Device address of the word (``xfer_watcher_device_ptr``); 0 without CUDA.

@@ -59,6 +59,7 @@ void xfer_attr_init(struct xfer_attr *a)
 	env_u32("XFER_IMM_SLOTS", &a->imm_slots);
 	env_u32("XFER_MAX_REGIONS", &a->max_regions);
 	env_u32("XFER_SPIN_US", &a->spin_us);
+	env_u32("XFER_BUSY_POLL", &a->busy_poll);
 	env_u32("XFER_TIMEOUT_MS", &timeout);
 	if ((v = getenv("XFER_LOG_LEVEL")) && *v && xi_log_parse_level(v, &a->log_level))
 		xwarn("ignoring XFER_LOG_LEVEL=%s: error, warn, info, debug or a number", v);

@@ -27,6 +27,8 @@ static int validate_attr(const struct xfer_attr *a)
 		return -EINVAL;
 	if (!a->imm_slots || a->imm_slots > (1u << 22) || !a->max_regions)
 		return -EINVAL;
+	if (a->busy_poll > 1) /* room for modes later */
+		return -EINVAL;
 	return 0;
 }
 
@@ -191,7 +193,7 @@ void xfer_engine_stats(const xfer_engine_t *e, struct xfer_stats *o)
 
 void xfer_engine_trace(xfer_engine_t *e, int enable)
 {
-	atomic_store(&e->tracing, enable != 0);
+	atomic_store(&e->trace_every, enable > 0 ? (unsigned)enable : 0u);
 }
 
 int xfer_trace_read(xfer_engine_t *e, struct xfer_trace *out, int max)

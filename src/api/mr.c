@@ -42,7 +42,7 @@ static int reg_on_worker(xfer_engine_t *e, void *arg)
 static int dereg_on_worker(xfer_engine_t *e, void *arg)
 {
 	xfer_mr_t *mr = arg;
-	if (atomic_load_explicit(&mr->inflight, memory_order_acquire))
+	if (xi_inflight(&mr->inflight))
 		return -EBUSY;
 	xi_mr_release_on_nics(e, mr);
 	xi_regions_del(e, mr);
@@ -141,7 +141,7 @@ static int revoke_on_worker(xfer_engine_t *e, void *arg)
 {
 	xfer_mr_t *mr = arg;
 	/* Checked here, in line with submissions the worker already took. */
-	if (atomic_load_explicit(&mr->inflight, memory_order_acquire))
+	if (xi_inflight(&mr->inflight))
 		return -EBUSY;
 	if (mr->revoked)
 		return 0;

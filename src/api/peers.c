@@ -52,7 +52,8 @@ filled:
 	p->nnics = a->nnics;
 	p->msg_max = a->msg_max;
 	xi_hb_peer_added(e->w, i);
-	atomic_store(&p->inflight, 0);
+	atomic_store(&p->inflight.taken, 0);
+	atomic_store(&p->inflight.dropped, 0);
 	atomic_store(&p->state, PEER_LIVE);
 	pa->index = i;
 	return 0;
@@ -81,7 +82,7 @@ static int remove_on_worker(xfer_engine_t *e, void *arg)
 	struct peer *p = &e->peers[*(xfer_peer_t *)arg];
 	if (atomic_load(&p->state) == PEER_FREE)
 		return -ENOENT;
-	if (atomic_load(&p->inflight))
+	if (xi_inflight(&p->inflight))
 		return -EBUSY;
 	uint32_t self = *(xfer_peer_t *)arg;
 	for (unsigned n = 0; n < e->nnics; n++) {

@@ -4,10 +4,16 @@
  * that polls it and calls back with (old, new) whenever it changes. A kernel
  * that finishes a layer bumps the word; the callback submits that layer's
  * paged writes. Writes to mapped memory are ordinary stores, so they work
- * inside CUDA Graphs. The thread spins while the word moves and backs off to
- * short sleeps when it does not. */
+ * inside CUDA Graphs. Two modes (xfer.h): spin, on a pinned core of its own,
+ * the default for GPU words; hybrid, spinning a while after each change,
+ * then short naps. The naps set a 1 us timer slack: with Linux's default of
+ * 50 us a "10 us" nanosleep lasts ~60 us, which is what made an idle watcher
+ * answer in 42-54 us (issue 14). */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <sys/prctl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -15,6 +21,7 @@
 #include <time.h>
 
 #include "gpu/cuda_api.h"
+#include "util/log.h"
 #include "util/sys.h"
 #include "xfer.h"
 
@@ -24,10 +31,58 @@ struct xfer_watcher {
 	bool cuda;
 	xfer_watch_fn cb;
 	void *ctx;
-	uint32_t spin_us;
+	uint32_t spin_us; /* XFER_SPIN_FOREVER: spin mode */
 	atomic_bool stop;
 	pthread_t thread;
 };
+
+/* Spin mode's core: XFER_WATCHER_CPU, or the last CPU of the process's
+ * set (the worker, pinned near its NIC, usually sits low). */
+static void pin_spinner(void)
+{
+	const char *v = getenv("XFER_WATCHER_CPU");
+	cpu_set_t set;
+	int cpu = -1;
+	if (v && *v) {
+		char *end;
+		long c = strtol(v, &end, 10);
+		if (*end || c < -1 || c >= CPU_SETSIZE) {
+			xwarn("ignoring XFER_WATCHER_CPU=%s: a CPU number or -1", v);
+			c = -2;
+		}
+		if (c == -1)
+			return;
+		cpu = (int)c;
+	}
+	if (cpu < 0 && !sched_getaffinity(0, sizeof(set), &set))
+		for (int i = CPU_SETSIZE - 1; i >= 0 && cpu < 0; i--)
+			if (CPU_ISSET(i, &set))
+				cpu = i;
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	int ret = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	if (ret)
+		xwarn("cannot pin the watcher to CPU %d: %s", cpu, xfer_strerror(-ret));
+	else
+		xinfo("watcher spinning on CPU %d", cpu);
+}
+
+/* spin_us as the caller gave it to the mode the thread runs in. */
+static uint32_t mode_of(uint32_t spin_us, bool gpu_word)
+{
+	const char *m = getenv("XFER_WATCHER_MODE");
+	if (spin_us)
+		return spin_us;
+	if (m && !strcmp(m, "spin"))
+		return XFER_SPIN_FOREVER;
+	if (m && !strcmp(m, "hybrid"))
+		return 1000;
+	if (m && *m)
+		xwarn("ignoring XFER_WATCHER_MODE=%s: spin or hybrid", m);
+	return gpu_word ? XFER_SPIN_FOREVER : 1000;
+}
 
 static void *watch(void *arg)
 {
@@ -35,6 +90,10 @@ static void *watch(void *arg)
 	/* The word was zeroed before this thread started: a bump that came first
 	 * is still reported, as (0, value). */
 	uint64_t last = 0, idle_since = xi_now_ns();
+	if (w->spin_us == XFER_SPIN_FOREVER)
+		pin_spinner();
+	else
+		prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
 		uint64_t v = __atomic_load_n(w->word, __ATOMIC_ACQUIRE);
 		if (v != last) {
@@ -43,8 +102,8 @@ static void *watch(void *arg)
 			idle_since = xi_now_ns();
 			continue;
 		}
-		if (xi_now_ns() - idle_since > (uint64_t)w->spin_us * 1000) {
-			struct timespec ts = {0, 50000};
+		if (w->spin_us != XFER_SPIN_FOREVER && xi_now_ns() - idle_since > (uint64_t)w->spin_us * 1000) {
+			struct timespec ts = {0, 10000};
 			nanosleep(&ts, NULL);
 		}
 		xi_cpu_relax();
@@ -82,7 +141,7 @@ int xfer_watcher_create(xfer_watch_fn cb, void *ctx, uint32_t spin_us, xfer_watc
 	w->word = mem;
 	w->cb = cb;
 	w->ctx = ctx;
-	w->spin_us = spin_us ? spin_us : 1000;
+	w->spin_us = mode_of(spin_us, w->cuda);
 	int ret = pthread_create(&w->thread, NULL, watch, w);
 	if (ret) {
 		if (w->cuda)

@@ -5,6 +5,10 @@
 
 void xi_engine_kick(xfer_engine_t *e)
 {
+	/* A busy-polling worker never sleeps (core/thread.c), except while it
+	 * stops, and stopping refuses new submissions: no fence to pay. */
+	if (e->attr.busy_poll)
+		return;
 	/* Pairs with the fence in sleep_idle (core/thread.c): either the worker
 	 * sees our push or we see it asleep. */
 	atomic_thread_fence(memory_order_seq_cst);

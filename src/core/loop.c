@@ -135,8 +135,13 @@ static int poll_gpu(struct worker *w)
 {
 	struct xi_gpu_event ev[POLL_BATCH];
 	int got = xi_gpu_pending(w->gpu) ? xi_gpu_poll(w->gpu, ev, POLL_BATCH) : 0;
-	for (int i = 0; i < got; i++)
-		xi_notice_copied(w, ev[i].ctx, ev[i].status);
+	for (int i = 0; i < got; i++) {
+		struct wr *wr = ev[i].ctx;
+		if (wr->kind == WR_STAGE)
+			xi_path_staged_src(w, wr, ev[i].status);
+		else
+			xi_notice_copied(w, wr, ev[i].status);
+	}
 	return got;
 }
 

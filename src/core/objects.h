@@ -84,6 +84,25 @@ struct sub {
 	} u;
 };
 
+/* Operations in flight that name an object (a region, a peer), counted in
+ * two halves so that no cache line bounces between the application and the
+ * worker on every operation: submitters add to `taken` (and take it back
+ * when the queue refuses them), the worker alone adds to `dropped` when an
+ * operation lets go. The padding keeps the halves on different lines.
+ * In flight = taken - dropped; only the worker judges it (xi_inflight),
+ * in line with the submissions it has taken. */
+struct xi_inflight {
+	atomic_uint taken;
+	char pad_[64];
+	atomic_uint dropped;
+};
+
+static inline unsigned xi_inflight(struct xi_inflight *c)
+{
+	unsigned dropped = atomic_load_explicit(&c->dropped, memory_order_relaxed);
+	return atomic_load_explicit(&c->taken, memory_order_acquire) - dropped;
+}
+
 struct xfer_mr {
 	xfer_engine_t *e;
 	bool registered;
@@ -100,7 +119,7 @@ struct xfer_mr {
 	bool has_ipc;
 	uint8_t ipc[64]; /* CUDA IPC handle of the allocation holding buf */
 	uint64_t ipc_offset;
-	atomic_uint inflight;
+	struct xi_inflight inflight;
 	bool revoked;
 	struct nic_mr nic[XFER_NIC_MAX];
 };
@@ -136,7 +155,7 @@ enum peer_state { PEER_FREE = 0, PEER_LIVE = XFER_PEER_LIVE, PEER_DEAD = XFER_PE
 
 struct peer {
 	_Atomic int state;
-	atomic_uint inflight;
+	struct xi_inflight inflight;
 	uint64_t engine_id;
 	uint32_t msg_max;
 	uint8_t nnics;
@@ -169,7 +188,7 @@ struct xfer_engine {
 	uint64_t host_id;
 	bool gpu_ipc; /* same-host GPU copies allowed (XFER_GPU_IPC=0 forces staging) */
 	uint8_t gpu_native; /* XFER_GPU_NATIVE: 0 never FI_HMEM (stage), 1 auto, 2 ask every provider */
-	atomic_bool tracing;
+	atomic_uint trace_every; /* xfer_engine_trace: 0 off, else one call in N */
 	pthread_t thread;
 	bool thread_started;
 

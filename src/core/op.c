@@ -123,8 +123,15 @@ static void group_ref(xfer_engine_t *e, struct xfer_group *g, int delta)
 {
 	atomic_fetch_add_explicit(&g->inflight, (unsigned)delta, memory_order_relaxed);
 	for (uint32_t i = 0; i < g->n; i++)
-		atomic_fetch_add_explicit(&e->peers[g->peers[i]].inflight, (unsigned)delta,
+		atomic_fetch_add_explicit(&e->peers[g->peers[i]].inflight.taken, (unsigned)delta,
 					  memory_order_relaxed);
+}
+
+/* The worker's half: one writer, so no locked add. */
+static void drop(struct xi_inflight *c)
+{
+	atomic_store_explicit(&c->dropped, atomic_load_explicit(&c->dropped, memory_order_relaxed) + 1,
+			      memory_order_release);
 }
 
 static xfer_mr_t *source_of(const struct sub *s)
@@ -151,11 +158,23 @@ void xi_sub_ref(xfer_engine_t *e, const struct sub *s)
 	xfer_mr_t *mr = source_of(s);
 	struct xfer_group *g = group_of(s);
 	if (mr)
-		atomic_fetch_add_explicit(&mr->inflight, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&mr->inflight.taken, 1, memory_order_relaxed);
 	if (s->peer != XFER_PEER_NONE)
-		atomic_fetch_add_explicit(&e->peers[s->peer].inflight, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&e->peers[s->peer].inflight.taken, 1, memory_order_relaxed);
 	if (g)
 		group_ref(e, g, 1);
+}
+
+void xi_sub_unref_refused(xfer_engine_t *e, const struct sub *s)
+{
+	xfer_mr_t *mr = source_of(s);
+	struct xfer_group *g = group_of(s);
+	if (mr)
+		atomic_fetch_sub_explicit(&mr->inflight.taken, 1, memory_order_relaxed);
+	if (g)
+		group_ref(e, g, -1);
+	if (s->peer != XFER_PEER_NONE)
+		atomic_fetch_sub_explicit(&e->peers[s->peer].inflight.taken, 1, memory_order_relaxed);
 }
 
 /* Release order: whoever sees a count of 0 (dereg, peer removal) also sees
@@ -165,11 +184,16 @@ void xi_sub_unref(xfer_engine_t *e, const struct sub *s)
 	xfer_mr_t *mr = source_of(s);
 	struct xfer_group *g = group_of(s);
 	if (mr)
-		atomic_fetch_sub_explicit(&mr->inflight, 1, memory_order_release);
-	if (g)
-		group_ref(e, g, -1);
+		drop(&mr->inflight);
+	if (g) {
+		/* Groups are judged by the application (xfer_group_destroy): one
+		 * counter; their members' halves as any peer's. */
+		atomic_fetch_sub_explicit(&g->inflight, 1, memory_order_release);
+		for (uint32_t i = 0; i < g->n; i++)
+			drop(&e->peers[g->peers[i]].inflight);
+	}
 	if (s->peer != XFER_PEER_NONE)
-		atomic_fetch_sub_explicit(&e->peers[s->peer].inflight, 1, memory_order_release);
+		drop(&e->peers[s->peer].inflight);
 }
 
 static void live_unlink(struct worker *w, struct op *op)

@@ -47,5 +47,7 @@ bool xi_op_multi_peer(const struct op *op);
  * fails with -EBUSY. */
 void xi_sub_ref(xfer_engine_t *e, const struct sub *s);
 void xi_sub_unref(xfer_engine_t *e, const struct sub *s);
+/* The submitter takes its references back: the queue refused the push. */
+void xi_sub_unref_refused(xfer_engine_t *e, const struct sub *s);
 
 #endif

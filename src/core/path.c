@@ -122,37 +122,79 @@ static int build(struct worker *w, const struct op *op, uint32_t i, unsigned n, 
 	}
 }
 
-/* A GPU source the NICs read through its host mirror: its bytes go to the
- * mirror just before the request that reads them, a paged write's pages
- * all at once (one synchronization for the whole call). */
-static int stage_source(struct worker *w, struct op *op, const struct nic_write *nw)
+/* The DtoH pieces of a staging copy: every byte op will send from src. */
+static int stage_pieces(struct worker *w, const struct op *op, const xfer_mr_t *src)
+{
+	const struct sub *s = &op->s;
+	uint8_t *mirror = (uint8_t *)src->reg_buf;
+	uint64_t dev = (uint64_t)(uintptr_t)src->buf;
+	int ret = 0;
+	switch (s->kind) {
+	case SUB_WRITE:
+		return xi_gpu_copy_add_dtoh(w->gpu, mirror + s->u.write.src_off, dev + s->u.write.src_off,
+					    s->u.write.len);
+	case SUB_PAGED: {
+		const struct xfer_paged_write *pw = &s->u.paged;
+		for (uint32_t i = 0; i < pw->npages && !ret; i++) {
+			uint64_t off = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
+			ret = xi_gpu_copy_add_dtoh(w->gpu, mirror + off, dev + off, pw->page_len);
+		}
+		return ret;
+	}
+	case SUB_SCATTER:
+		for (uint32_t i = 0; i < s->u.scatter.n && !ret; i++) {
+			const struct xfer_scatter_entry *en = &s->u.scatter.entries[i];
+			ret = xi_gpu_copy_add_dtoh(w->gpu, mirror + en->src_off, dev + en->src_off, en->len);
+		}
+		return ret;
+	default:
+		return 0;
+	}
+}
+
+/* A GPU source the NICs read through its host mirror: all of the op's bytes
+ * go to the mirror, once, before its first request, as one tracked copy
+ * whose event the worker polls like a completion (xi_path_staged_src); the
+ * op waits at the FIFO's head meanwhile (-EAGAIN) and the worker goes on
+ * with everything else. 0 when the bytes are there, or -EIO. */
+static int stage_source(struct worker *w, struct op *op)
 {
 	xfer_mr_t *src = source_of(op);
-	if (!w->gpu)
-		return -EIO;
-	if (op->s.kind != SUB_PAGED) {
-		uint64_t off = (uint64_t)((const uint8_t *)nw->buf - (const uint8_t *)src->reg_buf);
-		if (!nw->len)
-			return 0;
-		if (xi_gpu_stage_dtoh(w->gpu, src->gpu, (uint8_t *)src->reg_buf + off,
-				      (uint64_t)(uintptr_t)src->buf + off, nw->len) ||
-		    xi_gpu_stage_wait(w->gpu, src->gpu))
-			return -EIO;
-		return 0;
-	}
 	if (op->src_staged)
 		return 0;
-	const struct xfer_paged_write *pw = &op->s.u.paged;
-	for (uint32_t i = 0; i < pw->npages && pw->page_len; i++) {
-		uint64_t off = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
-		if (xi_gpu_stage_dtoh(w->gpu, src->gpu, (uint8_t *)src->reg_buf + off,
-				      (uint64_t)(uintptr_t)src->buf + off, pw->page_len))
-			return -EIO;
-	}
-	if (pw->page_len && xi_gpu_stage_wait(w->gpu, src->gpu))
+	if (op->src_stage_failed || !w->gpu)
 		return -EIO;
-	op->src_staged = true;
-	return 0;
+	if (op->src_staging)
+		return -EAGAIN;
+	struct wr *wr = xi_tx_wr(w, TX_DATA);
+	if (!wr)
+		return -EAGAIN;
+	int ret = xi_gpu_copy_begin(w->gpu, src->gpu);
+	if (!ret)
+		ret = stage_pieces(w, op, src);
+	if (!ret)
+		ret = xi_gpu_copy_end(w->gpu, wr);
+	if (ret) {
+		xi_tx_wr_put(w, wr);
+		return ret == -EAGAIN ? -EAGAIN : -EIO;
+	}
+	*wr = (struct wr){.op = op, .slot = op->posted, .nic = op->nic_base, .kind = WR_STAGE, .sendbuf = UINT32_MAX};
+	op->copies++;
+	op->src_staging = true;
+	return -EAGAIN;
+}
+
+void xi_path_staged_src(struct worker *w, struct wr *wr, int status)
+{
+	struct op *op = wr->op;
+	op->copies--;
+	op->src_staging = false;
+	if (status)
+		op->src_stage_failed = true; /* its requests fail with -EIO */
+	else
+		op->src_staged = true;
+	xi_tx_wr_put(w, wr);
+	xi_op_try_finish(w, op);
 }
 
 static int send_request(struct worker *w, const struct op *op, unsigned n, struct wr *wr)
@@ -198,7 +240,7 @@ static int post_request(struct worker *w, struct op *op, uint32_t i, unsigned n,
 		struct nic_write nw = {0};
 		ret = build(w, op, i, n, &nw);
 		if (!ret && op->src_mirror)
-			ret = stage_source(w, op, &nw);
+			ret = stage_source(w, op);
 		nw.has_imm &= with_imm;
 		if (!ret)
 			ret = xi_tx_write(w, n, &nw, wr);
@@ -406,13 +448,25 @@ static int copy_op(struct worker *w, const struct op *op, const xfer_rmr_t *r)
 	if (s->kind == SUB_WRITE)
 		return copy_piece(w, base + s->u.write.dst_off, s->u.write.src, s->u.write.src_off, s->u.write.len);
 	const struct xfer_paged_write *pw = &s->u.paged;
+	if (pw->src->gpu >= 0) {
+		/* GPU to GPU: one gather/scatter kernel for every page. */
+		struct xi_gpu_pages pg = {
+			.src_base = (uint64_t)(uintptr_t)pw->src->buf + pw->src_base,
+			.src_stride = pw->src_stride,
+			.dst_base = base + pw->dst_base,
+			.dst_stride = pw->dst_stride,
+			.page_len = pw->page_len,
+			.src_pages = pw->src_pages,
+			.dst_pages = pw->dst_pages,
+			.npages = pw->npages,
+		};
+		return xi_gpu_copy_pages(w->gpu, &pg);
+	}
 	int ret = 0;
 	for (uint32_t i = 0; i < pw->npages && !ret; i++) {
 		uint64_t dst = base + pw->dst_base + (uint64_t)pw->dst_pages[i] * pw->dst_stride;
 		uint64_t off = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
-		ret = pw->src->gpu >= 0 ? xi_gpu_copy_add_batched(w->gpu, dst, (uint64_t)(uintptr_t)pw->src->buf + off,
-								  pw->page_len)
-					: copy_piece(w, dst, pw->src, off, pw->page_len);
+		ret = copy_piece(w, dst, pw->src, off, pw->page_len);
 	}
 	return ret;
 }

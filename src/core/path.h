@@ -45,5 +45,7 @@ void xi_path_accept(struct worker *w, const struct sub *s);
 int xi_path_post_pending(struct worker *w);
 /* A TX completion of a request context of kind WR_OP. */
 void xi_path_sent(struct worker *w, struct wr *wr, int status);
+/* The GPU event of a WR_STAGE context: its op's source is in the mirror. */
+void xi_path_staged_src(struct worker *w, struct wr *wr, int status);
 
 #endif

@@ -128,6 +128,7 @@ static void *worker_main_impl(struct worker_start *st)
 		return NULL;
 
 	const uint64_t spin_ns = (uint64_t)e->attr.spin_us * 1000;
+	const bool yields = xi_spin_yields();
 	uint64_t idle_since = xi_now_ns();
 	while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
 		uint64_t now = xi_now_ns();
@@ -136,10 +137,19 @@ static void *worker_main_impl(struct worker_start *st)
 			w->doze_ns = 20000;
 			continue;
 		}
+		if (e->attr.busy_poll || e->attr.spin_us == XFER_SPIN_FOREVER) {
+			/* Busy-poll mode (or a worker told to spin for ever): this core
+			 * is the engine's; never give it away. */
+			xi_cpu_relax();
+			continue;
+		}
 		if (now - idle_since < spin_ns) {
 			/* On few cores the thread with new work may be waiting for ours:
 			 * give the CPU away while spinning (idle path only). */
-			sched_yield();
+			if (yields)
+				sched_yield();
+			else
+				xi_cpu_relax();
 			continue;
 		}
 		sleep_idle(w, now);

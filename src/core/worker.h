@@ -19,6 +19,7 @@ enum wr_kind {
 	WR_PONG,   /* PONG or BYE */
 	WR_NOTICE, /* the notice of one entry or copy, carried by its own context */
 	WR_COPY,   /* a GPU copy in flight, whose context becomes its notice */
+	WR_STAGE,  /* a GPU source's copy into its host mirror, before its requests */
 };
 
 /* One posted request; the backend's context must come first. The context
@@ -52,7 +53,9 @@ struct op {
 	int32_t status;
 	bool cut;        /* cancelled, expired or stopped (xi_op_fail): no more notices */
 	bool src_mirror; /* the source is GPU memory the NICs read through its host mirror */
-	bool src_staged; /* a paged write's pages are all in the mirror already */
+	bool src_staged; /* the bytes the op sends are all in the mirror already */
+	bool src_staging; /* ...are being copied there (a WR_STAGE in flight) */
+	bool src_stage_failed;
 	uint8_t nic_base;
 	uint8_t shards;
 	/* A write longer than a NIC's max_msg goes as `chunks` requests per

@@ -65,6 +65,11 @@ static void load(void)
 	*(void **)&api.cuDeviceGetAttribute = dlsym(lib, "cuDeviceGetAttribute");
 	*(void **)&api.cuMemcpyBatchAsync = dlsym(lib, "cuMemcpyBatchAsync_v2");
 	*(void **)&api.cuMemGetHandleForAddressRange = dlsym(lib, "cuMemGetHandleForAddressRange");
+	*(void **)&api.cuModuleLoadData = dlsym(lib, "cuModuleLoadData");
+	*(void **)&api.cuModuleGetFunction = dlsym(lib, "cuModuleGetFunction");
+	*(void **)&api.cuLaunchKernel = dlsym(lib, "cuLaunchKernel");
+	*(void **)&api.cuMemAlloc = dlsym(lib, "cuMemAlloc_v2");
+	*(void **)&api.cuMemFree = dlsym(lib, "cuMemFree_v2");
 	int n = 0;
 	if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n == 0) {
 		xinfo("CUDA driver present but no usable GPU");

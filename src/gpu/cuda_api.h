@@ -13,6 +13,8 @@ typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 typedef struct {
 	char reserved[64];
 } CUipcMemHandle;
@@ -37,6 +39,7 @@ typedef struct {
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CUDA_ERROR_NOT_READY 600
 #define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1
 
 struct cuda_api {
@@ -73,6 +76,14 @@ struct cuda_api {
 	/* Optional (NULL when the driver lacks them): dma-buf export. */
 	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
 	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);
+	/* Optional: the embedded copy kernels (gpu/pages_kernel.cu). Without
+	 * them paged copies go to the copy engine. */
+	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				   CUstream, void **, void **);
+	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+	CUresult (*cuMemFree)(CUdeviceptr);
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */

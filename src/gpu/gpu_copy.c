@@ -18,12 +18,32 @@
 #include <string.h>
 
 #include "gpu/cuda_api.h"
+#include "gpu/fatbin.h"
+#include "gpu/kernel_args.h"
 #include "util/log.h"
 #include "xfer.h"
 
 struct gpu_wait {
 	void *ctx;
 	CUevent event;
+	int dev;
+	uint32_t idx_bytes; /* of its device's page-list ring, freed when it fires */
+};
+
+/* Page lists of kernels in flight: pinned host memory written here, which
+ * the kernel reads over the bus for calls below 512 MiB, or copied first on
+ * the stream into a device twin it reads (XFER_GPU_INDEX=mapped|device
+ * forces one way). Used in FIFO order, like the copies ring. */
+#define IDX_RING (4u << 20)
+
+struct gpu_kernels {
+	int state; /* 0 not tried, 1 loaded, -1 unavailable on this device */
+	CUmodule mod;
+	CUfunction fn;
+	unsigned sms;
+	uint8_t *host; /* IDX_RING bytes */
+	CUdeviceptr host_dev, dev;
+	uint64_t tail, used;
 };
 
 struct xi_gpu {
@@ -40,7 +60,18 @@ struct xi_gpu {
 	bool batch_off; /* the driver refused a batch: one call per piece from now on */
 	CUdeviceptr batch_dst[XI_GPU_BATCH], batch_src[XI_GPU_BATCH];
 	size_t batch_len[XI_GPU_BATCH];
+	/* Page-list bytes reserved by the copy being built: returned if it is
+	 * abandoned, handed to its ring entry at end. */
+	uint32_t pend_idx;
+	int index_mode; /* XFER_GPU_INDEX at creation: 0 by size, 1 mapped, 2 device */
+	struct gpu_kernels k[XI_GPU_DEVS];
 };
+
+static bool env_is(const char *name, const char *value)
+{
+	const char *v = getenv(name);
+	return v && !strcmp(v, value);
+}
 
 struct xi_gpu *xi_gpu_create(void)
 {
@@ -53,6 +84,7 @@ struct xi_gpu *xi_gpu_create(void)
 	g->c = c;
 	g->cur_dev = -1;
 	g->dev = -1;
+	g->index_mode = env_is("XFER_GPU_INDEX", "mapped") ? 1 : env_is("XFER_GPU_INDEX", "device") ? 2 : 0;
 	return g;
 }
 
@@ -86,7 +118,14 @@ void xi_gpu_destroy(struct xi_gpu *g)
 		for (uint32_t i = 0; i < XI_GPU_RING; i++)
 			if (g->events[dev][i])
 				g->c->cuEventDestroy(g->events[dev][i]);
+		/* Kernels still running read the page lists: let them finish. */
+		g->c->cuStreamSynchronize(g->stream[dev]);
 		g->c->cuStreamDestroy(g->stream[dev]);
+		struct gpu_kernels *k = &g->k[dev];
+		if (k->host)
+			g->c->cuMemFreeHost(k->host);
+		if (k->dev)
+			g->c->cuMemFree(k->dev);
 	}
 	free(g);
 }
@@ -155,6 +194,12 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
 	CUevent *ev = &g->events[dev][slot];
 	if (!*ev && g->c->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING))
 		return -XFER_ENOGPU;
+	if (g->pend_idx && g->dev >= 0) {
+		/* The previous copy was abandoned after reserving page lists. */
+		g->k[g->dev].tail -= g->pend_idx;
+		g->k[g->dev].used -= g->pend_idx;
+	}
+	g->pend_idx = 0;
 	g->dev = dev;
 	g->nbatch = 0;
 	return 0;
@@ -168,6 +213,13 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 	if (src_host)
 		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
 	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
+}
+
+int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
+{
+	if (!len)
+		return 0;
+	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
 }
 
 /* Hands the pieces gathered so far to the driver in one call. Copies are
@@ -213,7 +265,8 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 	/* Whatever the caller sends after the copy must wait for this event. */
 	if (g->c->cuEventRecord(ev, g->stream[g->dev]))
 		return -EIO;
-	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev};
+	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .dev = g->dev, .idx_bytes = g->pend_idx};
+	g->pend_idx = 0;
 	g->count++;
 	return 0;
 }
@@ -227,6 +280,7 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 		if (r == CUDA_ERROR_NOT_READY)
 			break;
 		ev[n++] = (struct xi_gpu_event){.ctx = wt->ctx, .status = r ? -EIO : 0};
+		g->k[wt->dev].used -= wt->idx_bytes;
 		g->head = (g->head + 1) % XI_GPU_RING;
 		g->count--;
 	}
@@ -240,6 +294,144 @@ uint32_t xi_gpu_pending(const struct xi_gpu *g)
 
 void xi_gpu_forget(struct xi_gpu *g)
 {
-	if (g)
-		g->count = 0;
+	if (!g)
+		return;
+	g->count = 0;
+	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
+		g->k[dev].used = 0;
+}
+
+/* ---------------------------------------------------------- paged kernels */
+
+/* Loads the kernels into dev's context (current: stream_of ran) once. */
+static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
+{
+	static int logged;
+	struct gpu_kernels *k = &g->k[dev];
+	const struct cuda_api *c = g->c;
+	if (k->state)
+		return k->state > 0 ? k : NULL;
+	k->state = -1;
+	const char *why = NULL;
+	int sms = 0;
+	if (env_is("XFER_GPU_KERNEL", "0"))
+		why = "XFER_GPU_KERNEL=0";
+	else if (!xi_gpu_fatbin_len)
+		why = "built without nvcc";
+	else if (!c->cuModuleLoadData || !c->cuModuleGetFunction || !c->cuLaunchKernel || !c->cuMemAlloc ||
+		 !c->cuMemFree)
+		why = "the driver lacks the module API";
+	else if (c->cuModuleLoadData(&k->mod, xi_gpu_fatbin))
+		why = "the driver would not load the fatbin (no sm_90 code or PTX for this GPU)";
+	else if (c->cuModuleGetFunction(&k->fn, k->mod, XI_PAGES_KERNEL))
+		why = "the fatbin lacks " XI_PAGES_KERNEL;
+	else if (c->cuMemHostAlloc((void **)&k->host, IDX_RING, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
+		 c->cuMemHostGetDevicePointer(&k->host_dev, k->host, 0) || c->cuMemAlloc(&k->dev, IDX_RING))
+		why = "no memory for page lists";
+	if (why) {
+		/* Asked for, or built so: information; anything else is a fault
+		 * that costs speed. */
+		bool chosen = !xi_gpu_fatbin_len || env_is("XFER_GPU_KERNEL", "0");
+		if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
+			if (chosen)
+				xinfo("GPU copy kernels off (%s): paged GPU copies use the copy engine", why);
+			else
+				xwarn("GPU copy kernels off (%s): paged GPU copies use the copy engine", why);
+		}
+		return NULL;
+	}
+	CUdevice d = dev;
+	if (!c->cuDeviceGetAttribute || c->cuDeviceGet(&d, dev) ||
+	    c->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d) || sms <= 0)
+		sms = 132;
+	k->sms = (unsigned)sms;
+	k->state = 1;
+	xinfo("GPU copy kernels loaded on device %d (%d SMs)", dev, sms);
+	return k;
+}
+
+int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
+{
+	return g && stream_of(g, dev) && kernels_of(g, dev) ? 1 : 0;
+}
+
+/* n bytes of a page-list ring at *off, the bytes taken (n and any end
+ * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
+ * hold it, or 1 for a list that would not fit even an empty ring. */
+static int idx_reserve(struct gpu_kernels *k, uint64_t n, uint64_t *off, uint32_t *taken)
+{
+	if (!k->used)
+		k->tail = 0; /* empty: start over, so that any list that fits will */
+	uint64_t pos = k->tail % IDX_RING, skip = pos + n > IDX_RING ? IDX_RING - pos : 0;
+	if (n > IDX_RING)
+		return 1;
+	if (k->used + skip + n > IDX_RING)
+		return -EAGAIN;
+	*off = skip ? 0 : pos;
+	k->tail += skip + n;
+	k->used += skip + n;
+	*taken += (uint32_t)(skip + n);
+	return 0;
+}
+
+static int pages_by_engine(struct xi_gpu *g, const struct xi_gpu_pages *p)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < p->npages && !ret; i++)
+		ret = xi_gpu_copy_add_batched(g, p->dst_base + (uint64_t)p->dst_pages[i] * p->dst_stride,
+					      p->src_base + (uint64_t)p->src_pages[i] * p->src_stride, p->page_len);
+	return ret;
+}
+
+int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
+{
+	if (!p->npages || !p->page_len)
+		return 0;
+	struct gpu_kernels *k = kernels_of(g, g->dev);
+	uint64_t items = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK * p->npages;
+	if (!k || items >> 31)
+		return pages_by_engine(g, p); /* the kernel counts items in 32 bits, with room for its stride */
+	uint64_t list = ((uint64_t)p->npages * sizeof(uint32_t) + 15) & ~(uint64_t)15, off = 0;
+	int ret = idx_reserve(k, 2 * list, &off, &g->pend_idx);
+	if (ret == 1 || (ret == -EAGAIN && !g->count))
+		return pages_by_engine(g, p); /* too many pages for the ring */
+	if (ret)
+		return ret;
+	memcpy(k->host + off, p->src_pages, p->npages * sizeof(uint32_t));
+	memcpy(k->host + off + list, p->dst_pages, p->npages * sizeof(uint32_t));
+	CUdeviceptr lists = k->host_dev + off;
+	/* Pieces batched so far go first: the stream keeps them in order. */
+	ret = flush_batch(g);
+	if (ret)
+		return ret;
+	/* Measured on an H200 (docs/performance.md): reading the lists in place
+	 * beats copying them first up to 256 MiB per call (0.57x vs 0.38x a
+	 * contiguous copy at 1,024 x 16 KiB), not at 1 GiB (0.78x vs 0.85x),
+	 * where the extra copy is amortized and the bus reads are not. */
+	bool device_lists = g->index_mode == 2 || (g->index_mode == 0 && p->page_len * p->npages >= (512ull << 20));
+	if (device_lists) {
+		if (g->c->cuMemcpyHtoDAsync(k->dev + off, k->host + off, 2 * list, g->stream[g->dev]))
+			return -EIO;
+		lists = k->dev + off;
+	}
+	struct xi_pages_args a = {
+		.src_base = p->src_base,
+		.src_stride = p->src_stride,
+		.dst_base = p->dst_base,
+		.dst_stride = p->dst_stride,
+		.page_len = p->page_len,
+		.src_pages = lists,
+		.dst_pages = lists + list,
+		.npages = p->npages,
+		.aligned = ((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0,
+	};
+	uint64_t warps_per_cta = XI_PAGES_THREADS / 32, ctas = (items + warps_per_cta - 1) / warps_per_cta;
+	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
+	 * grid-stride loop. */
+	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
+	void *params[] = {&a};
+	if (g->c->cuLaunchKernel(k->fn, (unsigned)(ctas < most ? ctas : most), 1, 1, XI_PAGES_THREADS, 1, 1, 0,
+				 g->stream[g->dev], params, NULL))
+		return -EIO;
+	return 0;
 }

@@ -6,8 +6,15 @@
  * completions. It exists only where the CUDA driver loads (xi_gpu_create
  * returns NULL otherwise), and only its worker thread uses it.
  *
- * Staging copies (to and from a region's pinned host mirror) are still
- * synchronous: queue them, then xi_gpu_stage_wait. */
+ * Staging copies into a GPU region from its pinned host mirror (at a target)
+ * are still synchronous: queue them, then xi_gpu_stage_wait. A source's
+ * copies into its mirror are tracked copies (xi_gpu_copy_add_dtoh).
+ *
+ * Paged copies between GPUs run as one kernel launch per call where the
+ * embedded kernels (gpu/fatbin.h) load; XFER_GPU_KERNEL=0 turns them off.
+ * The kernel reads its page lists from pinned host memory below 512 MiB per
+ * call and from a device copy of them above (XFER_GPU_INDEX=mapped|device
+ * forces one). */
 #ifndef XFER_GPU_COPY_H
 #define XFER_GPU_COPY_H
 
@@ -48,10 +55,30 @@ void xi_gpu_ipc_close(uint64_t ptr);
 int xi_gpu_copy_begin(struct xi_gpu *g, int dev);
 /* src_host NULL: device to device from src, else host to device. */
 int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len);
+/* Device to (pinned) host memory: a staging copy the worker does not wait for. */
+int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len);
 /* Device to device, handed to the driver in batches (one call costs about
  * 1.2 us of this thread, which would cap 16 KiB pages near 6 GB/s). */
 int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len);
 int xi_gpu_copy_end(struct xi_gpu *g, void *ctx);
+
+/* Pages of a paged copy between device addresses (the destination may be a
+ * peer's IPC mapping): page src_pages[i] at src_base + page * src_stride to
+ * dst_pages[i] likewise. */
+struct xi_gpu_pages {
+	uint64_t src_base, src_stride, dst_base, dst_stride, page_len;
+	const uint32_t *src_pages, *dst_pages; /* host memory, read before the call returns */
+	uint32_t npages;
+};
+/* Adds every page to the copy being built: one launch of the gather/scatter
+ * kernel (its page lists copied to a ring the kernel reads, freed when the
+ * copy's event fires), or, where the kernels did not load, the copy engine
+ * page by page. 0, -EAGAIN (the page-list ring is full: retry once copies
+ * finish), or -EIO. */
+int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p);
+/* Whether paged copies on dev run as kernels: 1, 0 (copy engine), for tests
+ * and benchmarks' labels. Loads the kernels on first use. */
+int xi_gpu_kernels_on(struct xi_gpu *g, int dev);
 
 /* Finished copies, oldest first, at most max; stops at the first running one. */
 int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);

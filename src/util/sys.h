@@ -4,6 +4,7 @@
 #define XFER_UTIL_SYS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* CLOCK_MONOTONIC in nanoseconds (vDSO: no system call). */
@@ -21,10 +22,18 @@ static inline void xi_cpu_relax(void)
 #endif
 }
 
-/* Statistics are relaxed counters: readers want a figure, not an order. */
+/* Statistics are relaxed counters: readers want a figure, not an order.
+ * Each has one writer (the engine's worker), so a plain load and store
+ * suffice: no locked read-modify-write on every operation. */
 static inline void xi_stat_add(atomic_uint_fast64_t *c, uint64_t by)
 {
-	atomic_fetch_add_explicit(c, by, memory_order_relaxed);
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by, memory_order_relaxed);
 }
+
+/* Whether a spinning thread should give its CPU away (sched_yield) rather
+ * than pause: on machines of few CPUs the thread it waits for may need this
+ * one; with cores to spare the yield is only a system call between a
+ * waiter and the news it waits for. Computed once per process. */
+bool xi_spin_yields(void);
 
 #endif

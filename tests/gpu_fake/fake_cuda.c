@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gpu/cuda_api.h"
+#include "gpu/kernel_args.h"
 
 #define MAX_ALLOCS 64
 #define ERR 1 /* CUDA_ERROR_INVALID_VALUE */
@@ -22,11 +23,32 @@ struct alloc {
 	int opened; /* mapped from another process's handle */
 };
 
+/* A queued copy, or (kernel set) a launch of the paged-copy kernel, run on
+ * the CPU when its turn comes. */
 struct copy {
 	void *dst;
 	const void *src;
 	size_t len;
+	int kernel;
+	struct xi_pages_args args;
 };
+
+/* What the GPU kernel does, byte for byte. */
+static void run_pages(const struct xi_pages_args *a)
+{
+	const uint32_t *sp = (const uint32_t *)(uintptr_t)a->src_pages, *dp = (const uint32_t *)(uintptr_t)a->dst_pages;
+	for (uint32_t i = 0; i < a->npages; i++)
+		memcpy((uint8_t *)(uintptr_t)(a->dst_base + (uint64_t)dp[i] * a->dst_stride),
+		       (const uint8_t *)(uintptr_t)(a->src_base + (uint64_t)sp[i] * a->src_stride), a->page_len);
+}
+
+static void run_copy(const struct copy *c)
+{
+	if (c->kernel)
+		run_pages(&c->args);
+	else
+		memcpy(c->dst, c->src, c->len);
+}
 
 struct stream {
 	struct copy *q;
@@ -331,6 +353,51 @@ static CUresult enqueue(CUstream s, void *dst, const void *src, size_t len)
 	return 0;
 }
 
+static CUresult f_module_load(CUmodule *m, const void *image)
+{
+	*m = (CUmodule)(uintptr_t)image;
+	return 0;
+}
+
+static CUresult f_module_fn(CUfunction *f, CUmodule m, const char *name)
+{
+	(void)m;
+	*f = (CUfunction)(uintptr_t)1;
+	return strcmp(name, XI_PAGES_KERNEL) ? ERR : 0;
+}
+
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			 unsigned shmem, CUstream s, void **params, void **extra)
+{
+	(void)f;
+	(void)shmem;
+	if (!gx || gy != 1 || gz != 1 || bx != XI_PAGES_THREADS || by != 1 || bz != 1 || !params || extra)
+		return ERR;
+	pthread_mutex_lock(&lock);
+	counts.launches++;
+	pthread_mutex_unlock(&lock);
+	CUresult r = enqueue(s, NULL, NULL, 0);
+	if (!r) {
+		struct stream *st = (struct stream *)s;
+		st->q[st->n - 1].kernel = 1;
+		memcpy(&st->q[st->n - 1].args, params[0], sizeof(struct xi_pages_args));
+	}
+	return r;
+}
+
+static CUresult f_mem_alloc(CUdeviceptr *p, size_t len)
+{
+	void *m = calloc(1, len);
+	*p = (uintptr_t)m;
+	return m ? 0 : 2;
+}
+
+static CUresult f_mem_free(CUdeviceptr p)
+{
+	free((void *)(uintptr_t)p);
+	return 0;
+}
+
 static CUresult f_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t len, CUstream s)
 {
 	pthread_mutex_lock(&lock);
@@ -358,8 +425,11 @@ static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t len, CUstream s)
 static CUresult f_stream_sync(CUstream s)
 {
 	struct stream *st = (struct stream *)s;
+	pthread_mutex_lock(&lock);
+	counts.syncs++;
+	pthread_mutex_unlock(&lock);
 	for (; st->done < st->n; st->done++)
-		memcpy(st->q[st->done].dst, st->q[st->done].src, st->q[st->done].len);
+		run_copy(&st->q[st->done]);
 	return 0;
 }
 
@@ -420,7 +490,7 @@ static CUresult f_event_query(CUevent e)
 		return CUDA_ERROR_NOT_READY;
 	struct stream *st = ev->st;
 	for (; st && st->done < ev->upto; st->done++)
-		memcpy(st->q[st->done].dst, st->q[st->done].src, st->q[st->done].len);
+		run_copy(&st->q[st->done]);
 	return 0;
 }
 
@@ -488,6 +558,11 @@ static const struct cuda_api fake_api = {
 	.cuEventDestroy = f_event_destroy,
 	.cuDeviceGetAttribute = f_device_attr,
 	.cuMemGetHandleForAddressRange = f_dmabuf,
+	.cuModuleLoadData = f_module_load,
+	.cuModuleGetFunction = f_module_fn,
+	.cuLaunchKernel = f_launch,
+	.cuMemAlloc = f_mem_alloc,
+	.cuMemFree = f_mem_free,
 };
 
 void fake_cuda_install(void)

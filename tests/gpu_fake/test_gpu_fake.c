@@ -8,7 +8,16 @@
  *       GPU and a host region; entries of every length class, len 0 ones
  *       included, first from a GPU source, then from a host source
  *   write-staged | write-ipc  a single and a paged write from a GPU source
- *       into a GPU region
+ *       into a GPU region; through IPC the paged write is one launch of the
+ *       gather/scatter kernel (run on the CPU by the fake driver when its
+ *       event is queried) where the library embeds the kernels, else copies
+ *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
+ *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
+ *       device memory first; write-ipc reads them in place)
+ *   write-ring  12 paged writes of 60,000 pages with events held: the copy
+ *       kernel's page-list ring fills, posting stalls, the ring wraps
+ *   (in every write mode the source's worker never calls cuStreamSynchronize:
+ *   its staging copies complete as polled events)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -18,6 +27,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.h"
+#include "gpu/fatbin.h"
 #include "helpers.h"
 
 #define NCHILD 3
@@ -25,7 +35,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged;
+static bool staged, no_kernel;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -258,11 +268,113 @@ static int write_source(int n, const int *fds, void *arg)
 	CHECK(t_recv_u64(fd) == 2);
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod > 0);
+	/* The single write is one copy-engine copy; the pages one launch, or
+	 * one copy each without kernels. */
+	bool kernels = !staged && !no_kernel && xi_gpu_fatbin_len > 0;
+	CHECK(fc.launches == (kernels ? 1u : 0u));
+	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
+	/* The source's staging copies are events the worker polls: it never
+	 * waited for a stream. */
+	CHECK(fc.syncs == 0);
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
-	printf("write (%s): single and %u pages verified\n", staged ? "staged" : "ipc", PAGES);
+	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
+	       staged ? "staged" : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES, (unsigned long long)fc.launches);
+	return 0;
+}
+
+/* ------------------------------------------------------- page-list ring */
+
+/* Paged writes whose page lists (60,000 pages: 480,000 bytes) overflow the
+ * kernel's 4 MiB page-list ring while their events are held: posting stalls
+ * instead of overwriting lists in use, the ring wraps, and every write still
+ * lands once, with all its immediates. */
+#define RING_CALLS 12
+#define RING_PAGES 60000u
+#define RING_PAGE 16u
+#define RING_LEN (RING_PAGES * RING_PAGE)
+#define IMM_RING 0x6d0
+
+static int ring_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	t_connect(e, fd);
+	uint8_t *gpu = fake_cuda_alloc(RING_LEN, 1);
+	CHECK(gpu);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, gpu, RING_LEN, &mr));
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_RING, RING_CALLS * RING_PAGES, &c));
+	t_send_desc(fd, mr);
+	CHECK_RC(t_wait_cqe(e, 60000).res, 0);
+	/* Page i of the source (bytes all i's low byte + call) went to page
+	 * (i * 7) % n; the last call's bytes are what remains. */
+	for (uint32_t i = 0; i < RING_PAGES; i++) {
+		const uint8_t *pg = gpu + (size_t)((i * 7u) % RING_PAGES) * RING_PAGE;
+		for (uint32_t b = 0; b < RING_PAGE; b++)
+			CHECK(pg[b] == (uint8_t)(i + b));
+	}
+	t_send_u64(fd, 1);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	return 0;
+}
+
+static int ring_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t peer = t_connect(e, fd);
+	uint8_t *src = fake_cuda_alloc(RING_LEN, 0);
+	uint32_t *sp = malloc(RING_PAGES * sizeof(*sp)), *dp = malloc(RING_PAGES * sizeof(*dp));
+	CHECK(src && sp && dp);
+	for (uint32_t i = 0; i < RING_PAGES; i++) {
+		sp[i] = i;
+		dp[i] = (i * 7u) % RING_PAGES;
+		for (uint32_t b = 0; b < RING_PAGE; b++)
+			src[(size_t)i * RING_PAGE + b] = (uint8_t)(i + b);
+	}
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, src, RING_LEN, &mr));
+	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
+	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = RING_PAGE, .src_pages = sp,
+				      .src_stride = RING_PAGE, .dst_pages = dp, .dst_stride = RING_PAGE,
+				      .npages = RING_PAGES, .imm = IMM_RING, .flags = XFER_F_IMM};
+	fake_cuda_hold_events(1);
+	for (int k = 0; k < RING_CALLS; k++)
+		CHECK_OK(xfer_write_paged(e, &pw, NULL));
+	t_sync_worker(e);
+	usleep(50000);
+	uint64_t held = fake_cuda_counts().launches;
+	fake_cuda_hold_events(0);
+	for (int k = 0; k < RING_CALLS; k++)
+		CHECK_RC(t_wait_cqe(e, 60000).res, 0);
+	CHECK(t_recv_u64(fd) == 1);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	bool kernels = xi_gpu_fatbin_len > 0;
+	/* 4 MiB hold 8 lists of 480,000 bytes: while held, at most 8 launched;
+	 * the 9th skips the ring's end. */
+	CHECK(!kernels || (held >= 1 && held <= 8));
+	CHECK(fc.launches == (kernels ? (uint64_t)RING_CALLS : 0u));
+	xfer_rmr_free(dst);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(src);
+	free(sp);
+	free(dp);
+	printf("write-ring: %d paged writes of %u pages, %llu launched while events were held, all landed\n",
+	       RING_CALLS, RING_PAGES, (unsigned long long)held);
 	return 0;
 }
 
@@ -361,10 +473,17 @@ int main(int argc, char **argv)
 	staged = strstr(mode, "-staged") != NULL;
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
+	no_kernel = !strcmp(mode, "write-engine");
+	if (!strcmp(mode, "write-device"))
+		setenv("XFER_GPU_INDEX", "device", 1);
+	if (no_kernel)
+		setenv("XFER_GPU_KERNEL", "0", 1);
 	if (!strcmp(mode, "scatter-cut"))
 		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
+	if (!strcmp(mode, "write-ring"))
+		return t_run_procs(1, ring_target, ring_source, NULL);
 	if (!strncmp(mode, "write", 5))
 		return t_run_procs(1, write_target, write_source, NULL);
 	fprintf(stderr, "unknown mode %s\n", mode);

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Issue 15 on the GPU machine's 16 idle cores (it is CPU work: no GPU used).
+# Builds nothing: BUILD and OLD_BUILD are carried folders, each holding
+# bin/xfer-bench and libxfer.so.0 (scripts/host-carry.sh makes them).
+#
+#   scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]
+#     BUILD default build; OLD_BUILD default none (the A/B is skipped);
+#     AB_BUILD the A/B's new side (default BUILD), e.g. main right after the
+#     restructure, so that the A/B is about the restructure alone
+#
+# Steps, most important first, each with its own timeout (about 2 min
+# without OLD_BUILD; on the 16-core H200 host a step took 34-45 s at
+# 0.75 s x 5 rounds, ~20 s at the default 0.4 s x 3):
+#   {shm,tcp}-busy, {shm,tcp}-default, ofi-shm-busy, ab-*, ofi-shm-default:
+#       xfer-bench --baseline raw --cpu-pin on
+#       --busy-poll on|off: single 1K/64K/1M/16M (64 in flight), paged
+#       1K/4K/64K x 10,000 pages, imm and send 1K ping-pongs; 0.4 s per row
+#       and side in 3 rounds (JSON in *.json, table and trace in *.log)
+#   table   scripts/host-table.py: the issue's ratios side by side (table.txt)
+# OUT_DIR ends up with table.txt and host-logs.tgz (every log and JSON).
+#   ab-tcp, ab-shm   scripts/bench-ab.sh OLD_BUILD AB_BUILD on the same
+#       rows: old (before the restructure) against the new side, default
+#       mode, unpinned; on shm the old build's shm (libfabric's) against
+#       ofi-shm
+# XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
+# script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
+# cuts each step's timeout to what is left of it.
+set -uo pipefail
+out=${1:?usage: scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]}
+build=$(cd "${2:-build}" && pwd) || exit 1
+old=${3:-}
+abnew=$(cd "${4:-$build}" && pwd) || exit 1
+here=$(cd "$(dirname "$0")" && pwd)
+# Few files come back from the device: OUT_DIR gets table.txt and one
+# archive, host-logs.tgz, of every step's log and JSON (also when stopped).
+final=$out
+mkdir -p "$final"
+final=$(cd "$final" && pwd)
+out=$final/host-logs
+mkdir -p "$out"
+pack() {
+	cp "$out/table.txt" "$final/table.txt" 2>/dev/null
+	tar czf "$final/host-logs.tgz" -C "$final" host-logs && rm -rf "$out"
+}
+trap pack EXIT
+chmod +x "$build"/bin/* 2>/dev/null
+export LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+secs=${XFER_HOST_SECONDS:-0.4} rounds=${XFER_HOST_ROUNDS:-3}
+rows="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 1K,4K,64K --pages 10000"
+budget=${XFER_HOST_BUDGET_S:-120}
+fails=0
+step() { # name, seconds, command...
+	local name=$1 limit=$2
+	shift 2
+	local t0=$SECONDS left=$((budget - SECONDS))
+	if [ $left -lt 5 ]; then
+		echo "$name: skipped, the ${budget} s budget is spent"
+		fails=$((fails + 1))
+		return 0
+	fi
+	[ $limit -gt $left ] && limit=$left
+	timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
+	local rc=$?
+	echo "$name: rc=$rc in $((SECONDS - t0)) s"
+	[ $rc -ne 0 ] && fails=$((fails + 1))
+	return 0
+}
+{
+	echo "device-host: $(date -u) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	lscpu 2>/dev/null | grep -E 'Model name|^CPU\(s\)|NUMA node|Thread'
+	lscpu -e 2>/dev/null
+	"$build/bin/xfer-bench" --version
+	ldd "$build/bin/xfer-bench" | grep -E 'xfer|fabric'
+} >"$out/machine.txt" 2>&1
+labels=()
+bench() { # provider, busy|default
+	local prov=$1 mode=$2 bp=on
+	[ "$mode" = default ] && bp=off
+	step "$prov-$mode" 40 sh -c "\"$build/bin/xfer-bench\" --provider $prov --baseline raw --cpu-pin on \
+		--busy-poll $bp --seconds $secs --rounds $rounds --verbose $rows --json >\"$out/$prov-$mode.json\""
+	labels+=("$prov/$mode=$out/$prov-$mode.json")
+}
+ab() { # name, provider, old build's provider
+	step "$1" 50 env XFER_AB_ROUNDS=3 XFER_AB_SECONDS=0.3 \
+		XFER_AB_ARGS="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 4K,64K --pages 10000" \
+		bash "$here/bench-ab.sh" "$old" "$abnew" "$3:$2"
+}
+# The judged figures first (busy-poll), then the default mode beside them,
+# then the restructure's A/B, then the engine's overhead on libfabric's shm.
+bench shm busy
+bench tcp busy
+bench shm default
+bench tcp default
+bench ofi-shm busy
+if [ -n "$old" ]; then
+	old=$(cd "$old" && pwd)
+	chmod +x "$old"/bin/* "$abnew"/bin/* 2>/dev/null
+	ab ab-tcp tcp tcp
+	ab ab-shm ofi-shm shm
+fi
+bench ofi-shm default
+# Cheap and the point of the run: outside the budget.
+python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+cat "$out/table.txt"
+[ -n "$old" ] && tail -n 12 "$out/ab-tcp.log" "$out/ab-shm.log"
+echo "device-host: $fails step(s) failed"
+exit $((fails > 0))

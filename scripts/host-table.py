@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Issue 15's table from xfer-bench --json runs: per provider and row, the
+raw loop and xfer in busy-poll and default mode, each xfer figure against
+the raw loop of its own run (same run, same placement).
+
+  scripts/host-table.py LABEL=FILE.json ...   (LABEL: PROVIDER/busy or PROVIDER/default)
+
+Throughput rows (single, paged) compare Gbit/s and want >= 0.95x; ping-pong
+rows (imm, send) compare the p50 half round trip and want <= raw + 0.5 us
+(shm, ofi-shm) or raw + 2 us (tcp), judged in busy-poll mode only."""
+import json
+import sys
+
+
+def size(b):
+    for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
+        if b >= n and b % n == 0:
+            return f"{b // n}{unit}"
+    return str(b)
+
+
+def load(path):
+    rows = {}
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        j = json.loads(line)
+        key = (j["op"], j["bytes"], j["pages"])
+        rows.setdefault(key, {})[j["impl"]] = j
+    return rows
+
+
+runs = {}
+for arg in sys.argv[1:]:
+    label, path = arg.split("=", 1)
+    prov, mode = label.split("/")
+    runs.setdefault(prov, {})[mode] = load(path)
+
+order = {"single": 0, "paged": 1, "imm": 2, "send": 3}
+for prov, modes in runs.items():
+    slack = 2.0 if prov == "tcp" else 0.5
+    keys = sorted({k for m in modes.values() for k in m}, key=lambda k: (order.get(k[0], 9), k[2], k[1]))
+    print(f"\n== {prov}: xfer busy-poll and default mode against the raw loop of the same run")
+    print(f"{'row':<14} {'unit':<7} {'raw(b)':>8} {'busy':>8} {'ratio':>6} {'raw(d)':>8} {'default':>8} {'ratio':>6}  verdict (busy)")
+    for k in keys:
+        op, b, pages = k
+        name = f"{op} {size(b)}" + (f"x{pages}" if pages else "") if op != "imm" else "imm"
+        ping = op in ("imm", "send")
+        cells, verdict = [], "-"
+        for mode in ("busy", "default"):
+            r = modes.get(mode, {}).get(k, {})
+            raw, xf = r.get("raw"), r.get("xfer")
+            val = (lambda j: j and j.get("p50_us")) if ping else (lambda j: j and j.get("gbps"))
+            rv, xv = val(raw), val(xf)
+            if ping:
+                rel = (xv - rv) if rv is not None and xv is not None else None
+            else:
+                rel = (xv / rv) if rv and xv is not None else None
+            cells += [rv, xv, rel]
+            if mode == "busy" and rel is not None:
+                ok = rel <= slack if ping else rel >= 0.95
+                verdict = "ok" if ok else "MISS"
+        unit = "us p50" if ping else "Gbit/s"
+        f = lambda v, w=8, p=".3g": f"{v:>{w}{p}}" if v is not None else f"{'-':>{w}}"
+        rel_fmt = lambda v: (f"{v:>+6.2f}" if ping else f"{v:>6.3f}") if v is not None else f"{'-':>6}"
+        print(f"{name:<14} {unit:<7} {f(cells[0])} {f(cells[1])} {rel_fmt(cells[2])} {f(cells[3])} {f(cells[4])} {rel_fmt(cells[5])}  {verdict}")
+    print(f"(ratio: xfer/raw for Gbit/s; for ping-pongs xfer - raw in us, target <= +{slack})")
