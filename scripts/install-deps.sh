@@ -11,8 +11,12 @@
 # Python: `make test` puts pytest, numpy and torch into a virtual
 # environment of its own (build/venv; see the Makefile).
 set -euo pipefail
+# libibverbs-dev: the headers of the raw RDMA backend (libxfer loads libibverbs
+# at run time and works without it). make test-rdma's VM installs its own
+# packages (shared/tools/rxe-vm/build.sh).
 pkgs=(build-essential cmake pkg-config clang libfabric-dev libfabric-bin libhwloc-dev iproute2
-	python3 python3-venv ca-certificates groff-base)
+	python3 python3-venv ca-certificates groff-base
+	libibverbs-dev)
 case "${1:-}" in
 --bench) pkgs+=(ucx-utils python3-matplotlib) ;;
 "") ;;

@@ -15,15 +15,31 @@ const char *t_provider(void)
 	return p && *p ? p : "tcp";
 }
 
+unsigned t_time_scale(void)
+{
+	const char *v = getenv("XFER_TEST_TIME_SCALE");
+	long x = v && *v ? strtol(v, NULL, 10) : 1;
+	return x >= 1 && x <= 50 ? (unsigned)x : 1;
+}
+
+/* Set in every process t_run_procs forks. */
+static int in_child;
+
 void t_attr(struct xfer_attr *a)
 {
 	xfer_attr_init(a);
 	a->provider = t_provider();
+	/* Forked processes may take other NICs than their parent
+	 * (XFER_NICS_CHILD), so that RDMA devices joined by a cable talk to
+	 * each other instead of each to itself. */
+	const char *nics = getenv("XFER_NICS"), *child = getenv("XFER_NICS_CHILD");
+	if (in_child && child && *child)
+		nics = child;
 	if (!strcmp(a->provider, "tcp") || !strcmp(a->provider, "tcp;ofi_rxm"))
-		a->nics = getenv("XFER_NICS") ? getenv("XFER_NICS") : "lo";
+		a->nics = nics ? nics : "lo";
 	else
-		a->nics = NULL;
-	a->timeout_ms = 30000;
+		a->nics = nics && *nics ? nics : NULL;
+	a->timeout_ms = 30000ull * t_time_scale();
 }
 
 xfer_engine_t *t_engine(const struct xfer_attr *a)
@@ -128,6 +144,7 @@ void t_sync_worker(xfer_engine_t *e)
 struct xfer_cqe t_wait_cqe(xfer_engine_t *e, uint64_t timeout_ms)
 {
 	struct xfer_cqe c;
+	timeout_ms *= t_time_scale();
 	int n = xfer_cq_wait(e, &c, 1, timeout_ms);
 	if (n != 1) {
 		fprintf(stderr, "no completion within %llu ms: %s\n", (unsigned long long)timeout_ms,
@@ -211,6 +228,7 @@ int t_run_procs(int n, t_proc_fn child, t_parent_fn parent, void *arg)
 		pid_t pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
+			in_child = 1;
 			close(sv[0]);
 			for (int k = 0; k < i; k++)
 				close(fds[k]);
@@ -267,4 +285,22 @@ int t_run_pair(t_proc_fn a, t_proc_fn b, void *arg)
 {
 	struct pair_arg pa = {a, b, arg};
 	return t_run_procs(1, pair_child, pair_parent, &pa);
+}
+
+int t_run_isolated(int (*fn)(void))
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int rc = fn();
+		fflush(NULL);
+		_exit(rc);
+	}
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	fprintf(stderr, "isolated run died (status 0x%x)\n", status);
+	return 1;
 }

@@ -38,6 +38,10 @@
 const char *t_provider(void);
 /* Engine attributes for the provider under test, on loopback for tcp. */
 void t_attr(struct xfer_attr *a);
+/* $XFER_TEST_TIME_SCALE (default 1): how many times longer than on a
+ * quiet host the waits, heartbeat allowances and default deadlines of the
+ * tests are. The soft-RoCE VM (software RDMA on an emulated CPU) sets it. */
+unsigned t_time_scale(void);
 /* Creates an engine, or exits 77 when the provider is not available here. */
 xfer_engine_t *t_engine(const struct xfer_attr *a);
 
@@ -50,6 +54,12 @@ typedef int (*t_parent_fn)(int n, const int *fds, void *arg);
 int t_run_procs(int n, t_proc_fn child, t_parent_fn parent, void *arg);
 /* Two processes: a runs here as index 0, b in a child as index 1. */
 int t_run_pair(t_proc_fn a, t_proc_fn b, void *arg);
+
+/* Runs fn in a fresh child process and returns its exit status. A process
+ * that opened an RDMA device must not fork peers afterwards (rdma-core and
+ * libfabric's verbs provider keep per-process state a child cannot use), so
+ * a test with several rounds of t_run_pair runs each round isolated. */
+int t_run_isolated(int (*fn)(void));
 
 void t_send_blob(int fd, const void *buf, size_t len);
 size_t t_recv_blob(int fd, void *buf, size_t cap);
@@ -69,7 +79,7 @@ xfer_rmr_t *t_recv_rmr(xfer_engine_t *e, xfer_peer_t peer, int fd);
  * ThreadSanitizer. Real receivers learn of data through immediates. */
 void t_sync_worker(xfer_engine_t *e);
 
-/* Waits for one completion; fails the test after timeout_ms. */
+/* Waits for one completion; fails the test after timeout_ms (scaled). */
 struct xfer_cqe t_wait_cqe(xfer_engine_t *e, uint64_t timeout_ms);
 
 /* Deterministic bytes: byte i of a stream seeded by `seed`. */

@@ -130,9 +130,20 @@ static int cb_side(int idx, int fd, void *arg)
 	return 0;
 }
 
+static int queue_round(void)
+{
+	return t_run_pair(side, side, NULL);
+}
+
+static int callback_round(void)
+{
+	return t_run_pair(cb_side, cb_side, NULL);
+}
+
 int main(void)
 {
-	if (t_run_pair(side, side, NULL))
-		return 1;
-	return t_run_pair(cb_side, cb_side, NULL);
+	int rc = t_run_isolated(queue_round);
+	if (rc)
+		return rc;
+	return t_run_isolated(callback_round);
 }

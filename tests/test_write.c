@@ -44,9 +44,22 @@ static int initiator(int idx, int fd, void *arg)
 		CHECK(cqe.kind == XFER_OP_WRITE);
 		CHECK(t_recv_u64(fd) == size); /* target verified */
 	}
+	/* The whole region once more, sharded over the NICs both sides have
+	 * (one shard with one NIC): on RDMA each shard is longer than max_msg
+	 * and goes as chunks, the immediate on each shard's last. */
+	t_fill(src + 3, REGION, 7);
+	struct xfer_write w = {.src = mr, .dst = dst, .len = REGION, .imm = 200,
+			       .flags = XFER_F_IMM | XFER_F_SHARD};
+	struct xfer_completion c = {.user_data = 2000};
+	CHECK(t_recv_u64(fd) == 200); /* armed */
+	CHECK_OK(xfer_write(e, &w, &c));
+	struct xfer_cqe cqe = t_wait_cqe(e, 30000);
+	CHECK(cqe.user_data == 2000 && cqe.kind == XFER_OP_WRITE);
+	CHECK_RC(cqe.res, 0);
+	CHECK(t_recv_u64(fd) == REGION); /* target verified */
 	struct xfer_stats st;
 	xfer_engine_stats(e, &st);
-	CHECK(st.ops_completed == NSIZES);
+	CHECK(st.ops_completed == NSIZES + 1);
 	CHECK(st.ops_failed == 0);
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
@@ -61,7 +74,7 @@ static int target(int idx, int fd, void *arg)
 	struct xfer_attr a;
 	t_attr(&a);
 	xfer_engine_t *e = t_engine(&a);
-	(void)t_connect(e, fd);
+	xfer_peer_t peer = t_connect(e, fd);
 	uint8_t *buf = malloc(REGION + 2 * GUARD);
 	CHECK(buf);
 	memset(buf, 0xA5, REGION + 2 * GUARD);
@@ -97,6 +110,18 @@ static int target(int idx, int fd, void *arg)
 		}
 		t_send_u64(fd, size);
 	}
+	unsigned shards = xfer_peer_shards(e, peer);
+	struct xfer_completion sc = {.user_data = 200};
+	CHECK_OK(xfer_expect_imm(e, 200, shards, &sc));
+	t_send_u64(fd, 200);
+	struct xfer_cqe cqe = t_wait_cqe(e, 30000);
+	CHECK(cqe.kind == XFER_OP_EXPECT && cqe.user_data == 200 && cqe.res == 0);
+	t_fill(expect, REGION, 7);
+	CHECK(memcmp(buf + GUARD, expect, REGION) == 0);
+	uint32_t extra = 1;
+	CHECK_OK(xfer_imm_disarm(e, 200, &extra));
+	CHECK(extra == 0); /* exactly one immediate per shard */
+	t_send_u64(fd, REGION);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	free(buf);

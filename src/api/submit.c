@@ -7,6 +7,7 @@
 #include "core/call.h"
 #include "core/imm_counters.h"
 #include "core/op.h"
+#include "core/path.h"
 #include "util/sys.h"
 
 /* The call's first stamp, or 0 when it is not traced. A trace of one call
@@ -185,8 +186,9 @@ int xfer_write(xfer_engine_t *e, const struct xfer_write *w, const struct xfer_c
 	}
 	if (!range_ok(w->dst_off, w->len, w->dst->len))
 		return -EINVAL;
-	if ((ret = max_msg_ok(e, w->len)))
-		return ret;
+	/* Longer than a NIC's max_msg is fine: the worker splits it. */
+	if (!xi_write_chunks_ok(e, w->len))
+		return -EMSGSIZE;
 	struct sub s = {.kind = SUB_WRITE, .peer = w->dst->peer, .flags = w->flags, .imm = w->imm};
 	s.u.write.src = w->src;
 	s.u.write.dst = w->dst;
@@ -212,14 +214,16 @@ int xfer_write_paged(xfer_engine_t *e, const struct xfer_paged_write *w,
 		return ret;
 	if ((ret = check_rmr(e, w->dst)))
 		return ret;
-	if ((ret = max_msg_ok(e, w->page_len)))
-		return ret;
 	const uint64_t slen = w->src->len, dlen = w->dst->len;
 	for (uint32_t i = 0; i < w->npages; i++) {
 		if (!page_ok(w->src_base, w->src_pages[i], w->src_stride, w->page_len, slen) ||
 		    !page_ok(w->dst_base, w->dst_pages[i], w->dst_stride, w->page_len, dlen))
 			return -EINVAL;
 	}
+	/* After the bounds: a page outside its region is -EINVAL on every NIC,
+	 * whatever its max_msg. */
+	if ((ret = max_msg_ok(e, w->page_len)))
+		return ret;
 	struct sub s = {.kind = SUB_PAGED, .peer = w->dst->peer, .flags = w->flags, .imm = w->imm};
 	s.u.paged = *w;
 	fill_completion(e, &s, c, t_call);

@@ -11,13 +11,15 @@
 
 #include <stddef.h>
 
+#include "backend/ibv/ibv_backend.h"
 #include "backend/ofi/ofi.h"
 #include "backend/sm/sm_backend.h"
 
 typedef const struct backend_ops *(*backend_select_fn)(const char *provider);
 
 static const backend_select_fn backends[] = {
-	xi_sm_select, /* "shm": xfer's own same-host backend */
+	xi_sm_select,  /* "shm": xfer's own same-host backend */
+	xi_ibv_select, /* "ibverbs", and "auto" where an RDMA port is active */
 	NULL, /* the end of the list; backends go above */
 };
 

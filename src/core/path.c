@@ -48,6 +48,15 @@ static void to_region(struct nic_write *nw, const xfer_rmr_t *r, unsigned n, uin
 	nw->rkey = rk->key;
 }
 
+/* Nothing to place: such a write goes to the peer's sink, whose key and
+ * address every device accepts (some check a zero-length write's, which may
+ * name a region's end or a region just revoked). */
+static void to_sink(struct nic_write *nw, const struct peer *p, unsigned n)
+{
+	nw->raddr = p->sink[n].base;
+	nw->rkey = p->sink[n].key;
+}
+
 /* Request i of op for NIC n: 0, or -XFER_EPEER (its peer is dead: the
  * request is skipped). Bounds were proven at submission. */
 static int build(struct worker *w, const struct op *op, uint32_t i, unsigned n, struct nic_write *nw)
@@ -65,19 +74,29 @@ static int build(struct worker *w, const struct op *op, uint32_t i, unsigned n, 
 	case SUB_BARRIER:
 		nw->buf = e->sink->buf;
 		nw->desc = e->sink->nic[n].desc;
-		nw->raddr = p->sink[n].base;
-		nw->rkey = p->sink[n].key;
+		to_sink(nw, p, n);
 		nw->has_imm = 1;
 		return 0;
 	case SUB_WRITE: {
 		xfer_mr_t *src = s->u.write.src ? s->u.write.src : e->sink;
-		/* Shard i of k: the first len % k shards are one byte longer. */
+		/* Request i is chunk i / k of shard i % k. Shards: the first len % k
+		 * are one byte longer. Chunks: chunk_len bytes each, the last what
+		 * remains (nothing but the immediate when the shard is short). */
 		uint64_t k = op->shards, base = s->u.write.len / k, rem = s->u.write.len % k;
-		uint64_t off = i * base + (i < rem ? i : rem);
-		nw->len = base + (i < rem);
+		uint64_t sh = i % k, chunk = i / k;
+		uint64_t sh_len = base + (sh < rem), off = sh * base + (sh < rem ? sh : rem);
+		uint64_t c_off = chunk * op->chunk_len;
+		if (c_off > sh_len)
+			c_off = sh_len;
+		nw->len = sh_len - c_off < op->chunk_len ? sh_len - c_off : op->chunk_len;
+		off += c_off;
+		if (chunk + 1 < op->chunks)
+			nw->has_imm = 0;
 		nw->buf = xi_mr_nic_bytes(src) + s->u.write.src_off + off;
 		nw->desc = src->nic[n].desc;
 		to_region(nw, s->u.write.dst, n, s->u.write.dst_off + off);
+		if (!nw->len)
+			to_sink(nw, p, n);
 		return 0;
 	}
 	case SUB_PAGED: {
@@ -95,6 +114,8 @@ static int build(struct worker *w, const struct op *op, uint32_t i, unsigned n, 
 		nw->len = en->len;
 		nw->desc = src->nic[n].desc;
 		to_region(nw, en->dst, n, en->dst_off);
+		if (!nw->len)
+			to_sink(nw, p, n);
 		return 0;
 	}
 	default:
@@ -243,8 +264,20 @@ static int post_request(struct worker *w, struct op *op, uint32_t i, unsigned n,
 	return 0;
 }
 
+/* A chunked write's immediate-carrying last chunks wait until every other
+ * chunk completed: only then is all of the write's data at the target, on
+ * any provider, ordered or not, so the immediate counts it exactly once
+ * (posting in index order puts them last). */
+static bool chunk_fence(const struct op *op, uint32_t i)
+{
+	uint32_t before = op->chunks > 1 ? op->shards * (op->chunks - 1) : 0;
+	return before && (op->s.flags & XFER_F_IMM) && i >= before && op->done < before;
+}
+
 static int fabric_request(struct worker *w, struct op *op, uint32_t i, unsigned n)
 {
+	if (chunk_fence(op, i))
+		return -EAGAIN;
 	return post_request(w, op, i, n, true);
 }
 
@@ -566,6 +599,34 @@ static const struct op_path path_scatter_gpu = {"scatter-gpu", post_scatter_gpu,
 
 /* ----------------------------------------------------------------- accept */
 
+uint64_t xi_min_max_msg(const xfer_engine_t *e)
+{
+	uint64_t max = UINT64_MAX;
+	for (unsigned n = 0; n < e->nnics; n++)
+		if (e->nics[n].max_msg && e->nics[n].max_msg < max)
+			max = e->nics[n].max_msg;
+	return max;
+}
+
+bool xi_write_chunks_ok(const xfer_engine_t *e, uint64_t len)
+{
+	return len / xi_min_max_msg(e) < (1u << 20);
+}
+
+/* Splits each shard of a write into pieces no NIC refuses as too long
+ * (submission bounded their number: xi_write_chunks_ok). */
+static void write_chunks(const xfer_engine_t *e, struct op *op)
+{
+	uint64_t max = xi_min_max_msg(e), k = op->shards, len = op->s.u.write.len;
+	uint64_t shard = len / k + (len % k != 0);
+	op->chunks = 1;
+	op->chunk_len = shard;
+	if (shard > max) {
+		op->chunks = (uint32_t)(shard / max + (shard % max != 0));
+		op->chunk_len = max;
+	}
+}
+
 static const struct op_path *choose(const struct worker *w, const struct sub *s)
 {
 	switch (s->kind) {
@@ -600,8 +661,11 @@ void xi_path_accept(struct worker *w, const struct sub *s)
 			/* k = min(L, R) shards: more pieces than remote NICs add nothing. */
 			unsigned r = e->peers[s->peer].nnics;
 			op->shards = (uint8_t)(r < e->nnics ? r : e->nnics);
-			op->total = op->shards;
+			if (!op->shards)
+				op->shards = 1; /* a referenced peer has NICs; never divide by 0 */
 		}
+		write_chunks(e, op);
+		op->total = op->shards * op->chunks;
 		break;
 	default:
 		break;

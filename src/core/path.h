@@ -13,6 +13,9 @@
 #ifndef XFER_CORE_PATH_H
 #define XFER_CORE_PATH_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "core/objects.h"
 
 struct worker;
@@ -29,6 +32,12 @@ struct op_path {
 	/* Something of op completed: move it on to its next phase, or finish it. */
 	void (*settle)(struct worker *w, struct op *op);
 };
+
+/* The smallest max_msg of the engine's NICs: longer writes go as chunks. */
+uint64_t xi_min_max_msg(const xfer_engine_t *e);
+/* A write of len bytes splits into few enough chunks to count in 32 bits
+ * (at most 2^20 chunks per shard). */
+bool xi_write_chunks_ok(const xfer_engine_t *e, uint64_t len);
 
 /* Starts an op for s (a free op exists) and queues it for posting. */
 void xi_path_accept(struct worker *w, const struct sub *s);

@@ -59,6 +59,11 @@ struct op {
 	bool src_stage_failed;
 	uint8_t nic_base;
 	uint8_t shards;
+	/* A write longer than a NIC's max_msg goes as `chunks` requests per
+	 * shard of at most `chunk_len` bytes; only each shard's last chunk
+	 * carries the immediate, posted once every other chunk completed. */
+	uint32_t chunks;
+	uint64_t chunk_len;
 	bool lanes_init;
 	uint32_t lane_next[XFER_NIC_MAX]; /* paged writes: next page per NIC */
 	bool user_done; /* the user already got its completion (deadline, peer death) */

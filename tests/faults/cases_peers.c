@@ -14,14 +14,15 @@
 #define K_PAGE 64u
 
 /* Both ends probe each other, as peers in production would. One second of
- * allowance: these cases run 20 times in a row, also under TSan, and with
- * half a second a worker starved that long on a loaded 2-core machine has
- * had its own silence blamed on the healthy stable peer. */
+ * allowance, times the time scale: these cases run 20 times in a row, also
+ * under TSan, and with half a second a worker starved that long on a loaded
+ * 2-core machine (or on an emulated CPU) has had its own silence blamed on
+ * the healthy stable peer. */
 static void fast_heartbeat(struct xfer_attr *a, int role)
 {
 	if (role <= 1) {
 		a->heartbeat_ms = 100;
-		a->heartbeat_misses = 10;
+		a->heartbeat_misses = 10 * t_time_scale();
 	}
 }
 
@@ -30,6 +31,7 @@ static void fast_heartbeat(struct xfer_attr *a, int role)
 static void wait_dead(struct fault_init *f, uint64_t ms)
 {
 	uint64_t start = mono_ns();
+	ms *= t_time_scale();
 	while (xfer_peer_state(f->e, f->t) != XFER_PEER_DEAD) {
 		CHECK(ms_since(start) < ms);
 		usleep(1000);
@@ -226,7 +228,7 @@ static int wedge_init(struct fault_init *f)
 	CHECK_OK(xfer_engine_nic_info(f->e, 0, &ni));
 	/* More writes than the NIC takes at once: every credit held, more queued. */
 	uint32_t n = ni.tx_depth + 256;
-	usleep(300000); /* both peers answer PINGs by now */
+	usleep(300000 * t_time_scale()); /* both peers answer PINGs by now */
 	CHECK(xfer_peer_state(f->e, f->s) == XFER_PEER_LIVE);
 	struct xfer_completion c0 = {.user_data = 999, .timeout_ms = 60000};
 	CHECK_OK(xfer_write_imm(f->e, f->t, W_IMM, &c0));
@@ -239,10 +241,11 @@ static int wedge_init(struct fault_init *f)
 		struct xfer_completion c = {.user_data = 1000 + i, .timeout_ms = 60000};
 		CHECK_OK(xfer_write(f->e, &w, &c));
 	}
-	/* Four allowances: the stable peer stays live throughout; the hung
-	 * target is declared dead, which completes every write to it early. */
+	/* Two and a half allowances (both scaled by t_time_scale): the stable
+	 * peer stays live throughout; the hung target is declared dead, which
+	 * completes every write to it early. */
 	uint64_t start = mono_ns();
-	while (ms_since(start) < W_WATCH_MS) {
+	while (ms_since(start) < W_WATCH_MS * t_time_scale()) {
 		CHECK(xfer_peer_state(f->e, f->s) == XFER_PEER_LIVE);
 		usleep(10000);
 	}
@@ -290,7 +293,7 @@ static int kill_scatter_init(struct fault_init *f)
 	for (uint64_t k = 0; k < S_CALLS; k++) {
 		struct xfer_scatter sc = {.src = f->src, .entries = en, .n = S_ENTRIES, .imm = 9,
 					  .flags = XFER_F_IMM, .status = status[k]};
-		struct xfer_completion c = {.user_data = 600 + k, .timeout_ms = 10000};
+		struct xfer_completion c = {.user_data = 600 + k, .timeout_ms = 10000 * t_time_scale()};
 		CHECK_OK(xfer_scatter(f->e, g, &sc, &c));
 	}
 	int32_t res[S_CALLS];
@@ -317,11 +320,98 @@ static int kill_scatter_init(struct fault_init *f)
 	return 0;
 }
 
+/* ----------------------------------------------- dead member of a group */
+
+#define DM_SCATTER_IMM 0x5ca77e5u
+#define DM_BARRIER_IMM 0xba221e5u
+
+/* The target dies; a scatter to the group {target, stable} then fails the
+ * target's entry (a transport error, or -XFER_EPEER once heartbeats have
+ * declared it dead) while the stable member gets its bytes and immediate.
+ * Then, with the target declared dead, a barrier skips it with -XFER_EPEER
+ * and still reaches the stable member. Heartbeats are on: on tcp;ofi_rxm a
+ * write to the dead member is refused with -EAGAIN while rxm reconnects,
+ * and the engine's posting FIFO holds the live member's entry behind it
+ * until the member is declared dead. */
+static int dead_member_init(struct fault_init *f)
+{
+	t_child_may_die = 0;
+	/* A member that worked before it died: the connection to it is up. */
+	struct xfer_write w = {.src = f->src, .dst = f->t_rmr, .len = 4096};
+	struct xfer_completion wc = {.user_data = 699, .timeout_ms = 8000};
+	int32_t res = 0;
+	CHECK_OK(xfer_write(f->e, &w, &wc));
+	reap_exactly(f->e, 699, 1, &res, 12000);
+	CHECK_RC(res, 0);
+	t_send_u64(f->fd_t, 1); /* die now */
+	uint8_t byte;
+	while (read(f->fd_t, &byte, 1) > 0) /* its socket closes when it is gone */
+		;
+	xfer_peer_t members[2] = {f->t, f->s};
+	xfer_group_t *g = NULL;
+	CHECK_OK(xfer_group_create(f->e, members, 2, &g));
+	uint64_t cmd = STABLE_EXPECT | STABLE_VERIFY | DM_SCATTER_IMM;
+	t_send_u64(f->fd_s, cmd);
+	CHECK(t_recv_u64(f->fd_s) == cmd); /* armed */
+	t_fill(f->src_buf + 8192, 4096, DM_SCATTER_IMM);
+	struct xfer_scatter_entry en[2] = {
+		{.member = 0, .src_off = 0, .len = 4096, .dst = f->t_rmr, .dst_off = 0},
+		{.member = 1, .src_off = 8192, .len = 4096, .dst = f->s_rmr, .dst_off = 0}};
+	int32_t status[2] = {1, 1};
+	struct xfer_scatter sc = {.src = f->src, .entries = en, .n = 2, .imm = DM_SCATTER_IMM,
+				  .flags = XFER_F_IMM, .status = status};
+	struct xfer_completion c = {.user_data = 700, .timeout_ms = 8000};
+	uint64_t start = mono_ns();
+	int rc = xfer_scatter(f->e, g, &sc, &c);
+	if (rc == -XFER_EPEER) {
+		fprintf(stderr, "target already declared dead at submission: scatter refused\n");
+	} else {
+		CHECK_OK(rc);
+		reap_exactly(f->e, 700, 1, &res, 12000);
+		fprintf(stderr, "scatter: %s after %llu ms; dead member %s, live member %s\n",
+			xfer_strerror(res), (unsigned long long)ms_since(start), xfer_strerror(status[0]),
+			xfer_strerror(status[1]));
+		CHECK(res < 0 && status[0] < 0);
+		CHECK_RC(status[1], 0);
+		CHECK(t_recv_u64(f->fd_s) == cmd); /* bytes and immediate verified */
+	}
+	wait_dead(f, 8000);
+	if (rc == -XFER_EPEER) {
+		/* Still show the live member is unaffected: scatter to it alone. */
+		t_send_u64(f->fd_s, cmd);
+		CHECK(t_recv_u64(f->fd_s) == cmd);
+		struct xfer_scatter one = {.src = f->src, .entries = &en[1], .n = 1, .imm = DM_SCATTER_IMM,
+					   .flags = XFER_F_IMM};
+		CHECK_OK(xfer_scatter(f->e, g, &one, &c));
+		reap_exactly(f->e, 700, 1, &res, 12000);
+		CHECK_RC(res, 0);
+		CHECK(t_recv_u64(f->fd_s) == cmd);
+	}
+	cmd = STABLE_EXPECT | DM_BARRIER_IMM;
+	t_send_u64(f->fd_s, cmd);
+	CHECK(t_recv_u64(f->fd_s) == cmd);
+	struct xfer_completion bc = {.user_data = 701, .timeout_ms = 8000};
+	CHECK_OK(xfer_barrier(f->e, g, DM_BARRIER_IMM, &bc));
+	reap_exactly(f->e, 701, 1, &res, 12000);
+	CHECK_RC(res, -XFER_EPEER);
+	CHECK(t_recv_u64(f->fd_s) == cmd); /* the live member got the barrier */
+	CHECK_OK(xfer_group_destroy(g));
+	reap_none(f->e, 100);
+	return 0;
+}
+
 static int kill_scatter_target(struct fault_target *t)
 {
 	struct xfer_completion c = {.user_data = 1, .timeout_ms = 10000};
 	CHECK_OK(xfer_expect_imm(t->e, 9, 50, &c));
 	CHECK_RC(t_wait_cqe(t->e, 10000).res, 0);
+	raise(SIGKILL);
+	return 1;
+}
+
+static int dead_member_target(struct fault_target *t)
+{
+	CHECK(t_recv_u64(t->fd) == 1);
 	raise(SIGKILL);
 	return 1;
 }
@@ -334,9 +424,11 @@ static void heartbeat_2s(struct xfer_attr *a, int role)
 {
 	if (role <= 1) {
 		a->heartbeat_ms = 100;
-		a->heartbeat_misses = 20;
+		a->heartbeat_misses = 20 * t_time_scale();
 	}
 }
 
 const struct fault_case case_kill_scatter = {"kill_target_mid_scatter", kill_scatter_init,
 					     kill_scatter_target, heartbeat_2s};
+const struct fault_case case_dead_member = {"scatter_dead_member", dead_member_init, dead_member_target,
+					    fast_heartbeat};

@@ -20,6 +20,7 @@ void reap_exactly(xfer_engine_t *e, uint64_t base, uint32_t n, int32_t *res, uin
 {
 	unsigned char *seen = calloc(n, 1);
 	CHECK(seen);
+	timeout_ms *= t_time_scale();
 	uint64_t start = mono_ns();
 	for (uint32_t got = 0; got < n;) {
 		uint64_t spent = ms_since(start);
@@ -110,6 +111,23 @@ static int stable_main(int fd)
 			CHECK(the_case->stable);
 			CHECK_OK(the_case->stable(fd));
 			round--; /* not a round of the stable check */
+			continue;
+		}
+		if (cmd & STABLE_EXPECT) {
+			/* A case's own write (scatter, barrier) lands here: arm, wait,
+			 * and verify the first page when asked to. */
+			uint32_t imm = (uint32_t)cmd;
+			struct xfer_completion c = {.user_data = cmd, .timeout_ms = 15000};
+			CHECK_OK(xfer_expect_imm(e, imm, 1, &c));
+			t_send_u64(fd, cmd);
+			struct xfer_cqe cqe = t_wait_cqe(e, 20000);
+			CHECK(cqe.user_data == cmd && cqe.res == 0);
+			if (cmd & STABLE_VERIFY) {
+				t_fill(want, 4096, imm);
+				CHECK(memcmp(buf, want, 4096) == 0);
+			}
+			t_send_u64(fd, cmd);
+			round--;
 			continue;
 		}
 		struct xfer_completion c = {.user_data = round, .timeout_ms = 10000};

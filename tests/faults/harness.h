@@ -47,11 +47,19 @@ struct fault_case {
 /* Runs a case; returns the process exit code. */
 int fault_run(const struct fault_case *c);
 
+/* Commands to the stable peer besides its own rounds: arm one arrival of
+ * immediate (cmd & 0xffffffff) and, with STABLE_VERIFY, check that its
+ * region's first 4096 bytes hold t_fill(seed = that immediate). Send the
+ * command, wait for its echo (armed), write, wait for the second echo. */
+#define STABLE_EXPECT (1ull << 63)
+#define STABLE_VERIFY (1ull << 62)
+
 /* One verified write + immediate to the stable peer. */
 void stable_check(struct fault_init *f);
 
 /* Collects exactly `n` completions, failing on a duplicate user_data or a
- * wait past timeout_ms; the results land in res[user_data - base]. */
+ * wait past timeout_ms (scaled, t_time_scale); the results land in
+ * res[user_data - base]. */
 void reap_exactly(xfer_engine_t *e, uint64_t base, uint32_t n, int32_t *res, uint64_t timeout_ms);
 /* No completion arrives within ms. */
 void reap_none(xfer_engine_t *e, uint64_t ms);

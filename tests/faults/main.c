@@ -16,7 +16,7 @@ static const struct fault_case *const cases[] = {
 	&case_concurrent_peers,	 &case_dead_peer_credits,  &case_forged_bounce,	    &case_revoked_plain,
 	&case_dereged_plain,	 &case_made_up_key,	   &case_moved_base,	    &case_refused_large,
 	&case_send_beyond_buffers, &case_kill_scatter, &case_old_key_rereg, &case_neighbour,
-	&case_address_only,	 &case_internal_bufs,	   &case_forged_sender,
+	&case_address_only,	 &case_internal_bufs,	   &case_forged_sender, &case_dead_member,
 };
 
 #define RUN_LIMIT_S 60

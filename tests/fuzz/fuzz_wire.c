@@ -1,10 +1,12 @@
-/* libFuzzer target for the parsers of untrusted bytes: engine addresses and
- * region descriptors. Whatever parses must re-encode to the same bytes, and
- * nothing may crash, read out of bounds or allocate. */
+/* libFuzzer target for the parsers of untrusted bytes: engine addresses,
+ * region descriptors, and the raw RDMA backend's NIC address and handshake
+ * datagram. Whatever parses must re-encode to the same bytes, and nothing
+ * may crash, read out of bounds or allocate. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/ibv/ibv_wire.h"
 #include "wire/wire.h"
 #include "xfer.h"
 
@@ -52,5 +54,18 @@ static void check(const uint8_t *data, size_t size)
 				abort();
 	} else if (rc != -XFER_EBADWIRE && rc != -XFER_EVERSION) {
 		abort();
+	}
+	struct ibv_wire_addr ia;
+	if (xi_ibv_addr_decode(data, size, &ia) == 0) {
+		xi_ibv_addr_encode(&ia, out);
+		if (size != IBV_ADDR_BYTES || memcmp(out, data, size) != 0 || !ia.uid)
+			abort();
+	}
+	struct ibv_hello h;
+	if (xi_ibv_hello_decode(data, size, &h) == 0) {
+		xi_ibv_hello_encode(&h, out);
+		if (size != IBV_HELLO_BYTES || memcmp(out, data, size) != 0 || !h.epoch ||
+		    h.qpn[0] > IBV_QPN_MAX || h.qpn[1] > IBV_QPN_MAX)
+			abort();
 	}
 }

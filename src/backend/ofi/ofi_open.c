@@ -4,16 +4,19 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 
 #include "util/log.h"
+#include "backend/ibv/ibv_backend.h"
 #include "backend/ofi/ofi.h"
 #include "xfer.h"
 
@@ -172,11 +175,37 @@ static struct fi_info *pick(const char *provider, const char *domain, int want_h
 	return NULL;
 }
 
+/* Reads what the provider still reports until it has been quiet for a
+ * while. ofi_rxm 1.17 over verbs processes its connections' completions
+ * when the endpoint closes, and crashed there (SIGSEGV in fi_close) when
+ * the peer had closed its side at the same moment: each test pair
+ * destroying both engines together hit it about one run in three. */
+static void drain_before_close(struct ofi_nic *o)
+{
+	struct fi_cq_data_entry c[16];
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	long quiet_since = 0, now = 0;
+	while (now - quiet_since < 50 && now < 500) {
+		ssize_t n = fi_cq_read(o->cq, c, 16);
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			fi_cq_readerr(o->cq, &err, 0);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		now = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+		if (n != -FI_EAGAIN)
+			quiet_since = now;
+	}
+}
+
 static void ofi_close(struct xfer_nic *nic)
 {
 	struct ofi_nic *o = nic->priv;
 	if (!o)
 		return;
+	if (o->ep && o->cq && strstr(o->info->fabric_attr->prov_name, "verbs"))
+		drain_before_close(o);
 	if (o->ep)
 		fi_close(&o->ep->fid);
 	if (o->av)
@@ -243,10 +272,73 @@ static int remove_stale_shm_files(void)
 	return removed;
 }
 
+/* ofi_rxm 1.17 gives each endpoint one verbs CQ of (msg tx size + msg rx
+ * size) x FI_UNIVERSE_SIZE entries: 128 + 128 by default, times 256, is
+ * 65,536, and rxe allows 32,767 (ConnectX about 4 million), so fi_enable
+ * fails with -FI_EINVAL. libfabric reads the universe size once, when it
+ * initializes, and has no call to set it. So before our first libfabric
+ * call, if that call may open verbs and the user chose no universe size, we
+ * choose the largest that fits the smallest RDMA device's CQ (the default
+ * when it fits). The environment is the only knob; an application that
+ * initialized libfabric before us must set FI_UNIVERSE_SIZE itself. */
+static size_t env_size(const char *name, size_t def)
+{
+	const char *v = getenv(name);
+	char *end;
+	if (!v || !*v)
+		return def;
+	unsigned long long x = strtoull(v, &end, 0);
+	return *end || !x ? def : (size_t)x;
+}
+
+static void fit_rxm_cq(void)
+{
+	if (getenv("FI_UNIVERSE_SIZE"))
+		return;
+	int cqe = xi_ibv_min_cqe();
+	if (cqe <= 0)
+		return;
+	size_t per = env_size("FI_OFI_RXM_MSG_TX_SIZE", 128) + env_size("FI_OFI_RXM_MSG_RX_SIZE", 128);
+	size_t universe = (size_t)cqe / per;
+	if (universe >= 256)
+		return;
+	char v[32];
+	snprintf(v, sizeof(v), "%zu", universe ? universe : 1);
+	setenv("FI_UNIVERSE_SIZE", v, 0);
+	xinfo("FI_UNIVERSE_SIZE=%s: rxm's verbs CQs then fit the device's %d entries", v, cqe);
+}
+
+/* libfabric keeps a registration alive after fi_close(mr) in its MR cache
+ * (verbs, efa): the old rkey then still writes into the memory, and
+ * deregistration and revocation would not protect it (on verbs;ofi_rxm
+ * stale_descriptor's write through a dead key succeeded). xfer registers
+ * long-lived regions and needs no cache, so it is off unless the user set
+ * FI_MR_CACHE_MAX_COUNT; like FI_UNIVERSE_SIZE, read once at init. */
+static void no_mr_cache(void)
+{
+	if (!getenv("FI_MR_CACHE_MAX_COUNT"))
+		setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
+}
+
+static bool may_open_verbs(const char *provider)
+{
+	return !provider || !*provider || !strcmp(provider, "auto") || strstr(provider, "verbs");
+}
+
 static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain);
 
 static int ofi_open(struct xfer_nic *nic, const char *provider, const char *domain)
 {
+	static pthread_mutex_t first_lock = PTHREAD_MUTEX_INITIALIZER;
+	static bool first_done;
+	pthread_mutex_lock(&first_lock);
+	if (!first_done) {
+		no_mr_cache();
+		if (may_open_verbs(provider))
+			fit_rxm_cq();
+	}
+	first_done = true;
+	pthread_mutex_unlock(&first_lock);
 	int ret = ofi_open_once(nic, provider, domain);
 	if (ret == -EBUSY) {
 		/* shm itself unlinks the stale file it tripped over, but fails this
@@ -300,6 +392,9 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	if (ret) {
 		xerr("opening %s on %s failed: %s", fi->fabric_attr->prov_name,
 		     fi->domain_attr->name, fi_strerror(-ret));
+		if (ret == -FI_EINVAL && strstr(fi->fabric_attr->prov_name, "verbs"))
+			xerr("(rxm's CQ may exceed the device's limit: set FI_UNIVERSE_SIZE lower, e.g. 64, "
+			     "before libfabric initializes)");
 		ofi_close(nic);
 		return xi_ofi_errno(ret);
 	}
