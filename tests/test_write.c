@@ -68,6 +68,9 @@ static int initiator(int idx, int fd, void *arg)
 	return 0;
 }
 
+/* never armed: disarming it is only a round trip through the worker */
+#define ORDER_IMM 0xfffffff0u
+
 static int target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
@@ -84,10 +87,13 @@ static int target(int idx, int fd, void *arg)
 	uint8_t *expect = malloc(REGION);
 	CHECK(expect);
 
-	/* Each expectation is armed before the initiator is told to go on. Besides
-	 * being the protocol a real receiver follows, handing it to the worker
-	 * orders our memset before the next write lands (ThreadSanitizer cannot
-	 * see causality that travels through another process). */
+	/* Each expectation is armed before the initiator is told to go on: the
+	 * protocol a real receiver follows. ThreadSanitizer cannot see causality
+	 * that travels through another process, so after each memset a
+	 * synchronous call through the worker (disarming a value never armed)
+	 * orders the memset before the next write lands: the expectation alone is
+	 * only queued, and a busy-polling worker may serve the next write in the
+	 * same poll of its NICs before it takes the queue. */
 	struct xfer_completion first = {.user_data = 0};
 	CHECK_OK(xfer_expect_imm(e, 100, 1, &first));
 	for (size_t i = 0; i < NSIZES; i++) {
@@ -104,6 +110,7 @@ static int target(int idx, int fd, void *arg)
 				return 1;
 			}
 		memset(buf + GUARD + off, 0xA5, size);
+		(void)xfer_imm_disarm(e, ORDER_IMM, NULL);
 		if (i + 1 < NSIZES) {
 			struct xfer_completion c = {.user_data = i + 1};
 			CHECK_OK(xfer_expect_imm(e, (uint32_t)(100 + i + 1), 1, &c));
