@@ -161,21 +161,12 @@ def _recv(conn, timeout: float = 120.0) -> Dict[str, Any]:
 def _old_quantize(x, block: int = 128, out=None, scales_out=None):
     """xfer.rl.fp8.quantize as the first GPU run computed it on CUDA (scales
     ``amax * (1/448)``), for --old-fp8."""
-    import torch
+    from xfer.rl import fp8
 
     rows, cols = x.shape
     scale = _recip_scales(x, block)
     q = x.float() / scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[:rows, :cols]
-    q = q.clamp_(-448.0, 448.0)
-    if out is None:
-        out = q.to(torch.float8_e4m3fn)
-    else:
-        out.copy_(q)
-    if scales_out is None:
-        scales_out = scale
-    else:
-        scales_out.copy_(scale)
-    return out, scales_out
+    return fp8.store(q.clamp_(-448.0, 448.0), scale, out, scales_out)
 
 
 def write_path(tr, dev) -> str:

@@ -37,7 +37,14 @@ def quantize(x, block: int = 128, out=None, scales_out=None) -> Tuple[object, ob
     # a divisor of amax's shape on amax's device: a true division on any device (module docstring)
     scale = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
     q = (tiles / scale[:, None, :, None]).clamp_(-FP8_MAX, FP8_MAX).view(nrb * block, ncb * block)
-    q = q[:rows, :cols]
+    return store(q[:rows, :cols], scale, out, scales_out)
+
+
+def store(q, scale, out=None, scales_out=None):
+    """quantize's result: FP8 values of q and the scales, into out and
+    scales_out when given (a staging buffer, a registered region), else new."""
+    import torch
+
     if out is None:
         out = q.to(torch.float8_e4m3fn)
     else:
