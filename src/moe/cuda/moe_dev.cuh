@@ -7,6 +7,8 @@
  * rank (the configs are equal), exported through CUDA IPC so that same-host
  * ranks can raise its flags and write its route table:
  *   round                 the device's round counter (the route kernel bumps it)
+ *   failed                1 once the proxy has failed (its release hook or a
+ *                         wait kernel that saw ctl->p_error writes it)
  *   ready[W]              rank s's records and route vector of the round are
  *                         in its send buffer and our route table (s writes 1)
  *   cons[W]               rank s has read our records (s writes 1)
@@ -19,6 +21,7 @@
  *   peer tables           this process's pointers to each rank's arena, send
  *                         buffer and combine buffer (0 for remote ranks)
  *   wait lists            the flags each wait point lowers, for the wait kernel
+ *   trace                 per-kernel stamps of the last rounds (XFER_MOE_TRACE=1)
  * Flags are 1 ("go") or 0; the waiting side lowers them (docs/moe.md).
  */
 #ifndef XFER_MOE_DEV_CUH
@@ -26,25 +29,32 @@
 
 #include <stdint.h>
 
+#include "moe_cuda.h"
 #include "moe_format.h"
 #include "xfer_moe.h"
 
 enum { CNT_PACK_REMOTE, CNT_PACK_ALL, CNT_SHUFFLE, CNT_CSEND_REMOTE, CNT_CSEND_ALL, CNT_CRECV, CNT_N = 16 };
 enum { MISC_REC_TOTAL, MISC_Q_REMOTE, MISC_Q_TOTAL, MISC_BAD, MISC_N = 8 };
 enum { WP_SEND, WP_RECV, WP_CSEND, WP_CRECV, WP_N };
+/* Trace points (XFER_MOE_TRACE=1): per round, each kernel's first start and
+ * last end on the GPU's global timer, in launch order; KT_ROUND holds the
+ * round number (the slot is round % XFER_MOE_CUDA_TRACE_ROUNDS). */
+enum { KT_ROUTE, KT_WAIT_SEND, KT_PACK, KT_WAIT_RECV, KT_PLAN, KT_SHUFFLE, KT_WAIT_CSEND, KT_CSEND,
+       KT_WAIT_CRECV, KT_CRECV, KT_ROUND, KT_N };
 
 struct moe_dev {
 	uint32_t W, me, E, L, K, H, T, db, scales, P, O, layout, cap, align;
 	uint32_t RV, RB, PB, SB, MB, CB, G; /* G: scale groups per token (H/128) */
 	uint32_t n_remote;
 	uint32_t comb_send_rows; /* rows the combine send buffer holds */
+	uint32_t trace; /* 1: the kernels stamp o_trace (XFER_MOE_TRACE=1) */
 	uint64_t timeout_ns;
 	uint8_t *arena;
 	uint8_t *send, *recv, *comb_send, *comb_recv;
 	struct xfer_moe_ctl *ctl; /* device address of the pinned control words */
 	uint32_t *rv_host, *rtab_host;
 	/* arena offsets (bytes) */
-	uint64_t o_round, o_ready, o_cons, o_comb, o_cnt, o_route;
+	uint64_t o_round, o_failed, o_ready, o_cons, o_comb, o_cnt, o_route, o_trace;
 	uint64_t o_rec, o_lead, o_q, o_j, o_pb, o_tcomb;
 	uint64_t o_c, o_pr, o_cb, o_first, o_ovf, o_ntok, o_recpref, o_recsrc, o_qstart, o_qsrc;
 	uint64_t o_counts, o_offsets, o_base, o_misc, o_qrow;
@@ -92,10 +102,38 @@ __device__ __forceinline__ void kernel_error(const moe_dev &d, uint32_t code, ui
 	}
 }
 
-/* The proxy failed: every kernel of the round hands back nothing. */
+/* The proxy failed: every kernel of the round hands back nothing. Read from
+ * the arena (device memory, an L2 hit), never from ctl->p_error in pinned
+ * host memory: every thread of a grid reading a host word is one PCIe read
+ * each, and the GPU serves those at ~15 million per second. The first GPU
+ * runs showed it: a combine receive of 4,096 blocks x 256 threads took 68 ms,
+ * one of 128 blocks 2.1 ms, a combine send of 1,056 blocks 17 ms, the same
+ * ~65 ns per thread, while the kernels without that load ran in
+ * microseconds. The word is set by the proxy's release hook (every failure
+ * calls it) and by a wait kernel that sees ctl->p_error. */
 __device__ __forceinline__ bool proxy_failed(const moe_dev &d)
 {
+	return *ARENA(d, const volatile uint32_t, o_failed) != 0;
+}
+
+/* The proxy's own word, in pinned host memory: for one thread that polls. */
+__device__ __forceinline__ bool proxy_failed_host(const moe_dev &d)
+{
 	return ld_acquire_sys((const volatile uint32_t *)&d.ctl->p_error) != 0;
+}
+
+__device__ __forceinline__ void trace_at(const moe_dev &d, uint32_t round, uint32_t k, uint32_t end)
+{
+	if (d.trace)
+		ARENA(d, uint64_t, o_trace)[((uint64_t)(round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N + k) * 2 + end] =
+			global_ns();
+}
+
+/* A kernel's start: its block 0 (the scheduler starts blocks in order). */
+__device__ __forceinline__ void trace_start(const moe_dev &d, uint32_t round, uint32_t k)
+{
+	if (d.trace && blockIdx.x == 0 && threadIdx.x == 0)
+		trace_at(d, round, k, 0);
 }
 
 /* 16-byte copies; src may be another GPU's memory (IPC) or written by a

@@ -160,7 +160,8 @@ struct xfer_moe_cuda {
 	void **opened;          /* [3*W] handles opened from same-host ranks */
 	uint8_t *same;          /* [W] */
 	uint32_t *ones;         /* [W] of 1: what release copies over the flags */
-	uint32_t route_threads, route_smem, pack_smem, grid;
+	uint32_t route_threads, route_smem, pack_smem;
+	uint32_t grid_shuffle, grid_csend; /* blocks of the grid-stride kernels */
 	CUdeviceptr *wait_ptr[WP_N]; /* W+1 each, for stream waits */
 	cudaStream_t rel;
 	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
@@ -181,6 +182,7 @@ static void layout_arena(xfer_moe_cuda_t *g)
 	moe_dev &d = g->d;
 	uint64_t at = 0, W = d.W, TK = (uint64_t)d.T * d.K, WP1 = (uint64_t)WP_N * (W + 1);
 	d.o_round = place(&at, 16);
+	d.o_failed = place(&at, 16);
 	d.o_ready = place(&at, 4 * W);
 	d.o_cons = place(&at, 4 * W);
 	d.o_comb = place(&at, 4 * W);
@@ -213,6 +215,8 @@ static void layout_arena(xfer_moe_cuda_t *g)
 	d.o_same = place(&at, W);
 	d.o_wait = place(&at, 8 * WP1);
 	d.o_wait_rank = place(&at, 4 * WP1);
+	/* always there (the arena's size must not depend on a rank's environment) */
+	d.o_trace = place(&at, 8ull * 2 * KT_N * XFER_MOE_CUDA_TRACE_ROUNDS);
 	g->arena_bytes = at;
 }
 
@@ -365,6 +369,8 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.n_remote = g->z.remote_ranks;
 	d.comb_send_rows = (uint32_t)g->z.comb_send_rows;
 	d.timeout_ns = k.timeout_ms * 1000000ull;
+	const char *tr = getenv("XFER_MOE_TRACE");
+	d.trace = tr && *tr && strcmp(tr, "0") != 0;
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -410,9 +416,19 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	if (g->pack_smem > 48 * 1024)
 		CU(cudaFuncSetAttribute(moe_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)g->pack_smem), "cudaFuncSetAttribute (pack)");
-	/* grid-stride kernels (shuffle, combine send): enough blocks that a
-	 * prefill round (thousands of records) is not latency-bound per block */
-	g->grid = 8u * (uint32_t)prop.multiProcessorCount;
+	/* Grid-stride kernels (shuffle, combine send): enough blocks that a
+	 * prefill round (thousands of records) is not latency-bound per block,
+	 * but never more than there can be work for (a record per source and
+	 * token; a row per pair): a grid of 8 blocks per SM fills the GPU, and
+	 * a process sharing it (MPS) cannot start even a one-thread kernel until
+	 * blocks retire. XFER_MOE_GRID caps both (an experiment's knob). */
+	uint64_t full = 8ull * (uint64_t)prop.multiProcessorCount;
+	const char *gv = getenv("XFER_MOE_GRID");
+	if (gv && atoi(gv) > 0)
+		full = (uint64_t)atoi(gv);
+	uint64_t recs = (uint64_t)W * d.T, rows = recs * (d.K < d.L ? d.K : d.L);
+	g->grid_shuffle = (uint32_t)(recs < full ? (recs ? recs : 1) : full);
+	g->grid_csend = (uint32_t)(rows < full ? (rows ? rows : 1) : full);
 	CU(cudaIpcGetMemHandle(&g->ipc[0], g->arena), "cudaIpcGetMemHandle (arena)");
 	CU(cudaIpcGetMemHandle(&g->ipc[1], g->send), "cudaIpcGetMemHandle (send buffer)");
 	CU(cudaIpcGetMemHandle(&g->ipc[2], g->comb_recv), "cudaIpcGetMemHandle (combine buffer)");
@@ -604,7 +620,7 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_recv(xfer_moe_cuda_t *g,
 		return rc;
 	moe_plan_kernel<<<1, 256, 0, st>>>(g->d, counts, offsets);
 	CU(cudaGetLastError(), "launching the plan kernel");
-	moe_shuffle_kernel<<<g->grid, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
+	moe_shuffle_kernel<<<g->grid_shuffle, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
 	CU(cudaGetLastError(), "launching the shuffle kernel");
 	return 0;
 }
@@ -620,7 +636,7 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_send(xfer_moe_cuda_t *g, 
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
 	if ((rc = wait_point(g, WP_CSEND, st)))
 		return rc;
-	moe_comb_send_kernel<<<g->grid, 256, 0, st>>>(g->d, (const uint8_t *)expert_out);
+	moe_comb_send_kernel<<<g->grid_csend, 256, 0, st>>>(g->d, (const uint8_t *)expert_out);
 	CU(cudaGetLastError(), "launching the combine send kernel");
 	return 0;
 }
@@ -689,6 +705,22 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *b
 	return o < (int)cap ? o : (int)cap - 1;
 }
 
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_trace(xfer_moe_cuda_t *g, uint64_t *out, size_t words)
+{
+	const size_t need = 2ull * KT_N * XFER_MOE_CUDA_TRACE_ROUNDS;
+	if (!g || !out)
+		return fail(-EINVAL, "xfer_moe_cuda_trace: bad arguments");
+	if (!g->d.trace)
+		return 0;
+	if (words < need)
+		return fail(-ENOSPC, "xfer_moe_cuda_trace: %zu words needed", need);
+	CU(cudaSetDevice(g->device), "cudaSetDevice");
+	CU(cudaMemcpyAsync(out, g->arena + g->d.o_trace, 8 * need, cudaMemcpyDeviceToHost, g->rel),
+	   "reading the trace");
+	CU(cudaStreamSynchronize(g->rel), "reading the trace");
+	return (int)need;
+}
+
 extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_mps_enabled(int device)
 {
 	int v = 0;
@@ -714,6 +746,8 @@ extern "C" XFER_MOE_CUDA_API void xfer_moe_cuda_release(void *p)
 	if (!g || !g->arena || cudaSetDevice(g->device) != cudaSuccess)
 		return;
 	uint64_t W = g->d.W;
+	/* the kernels' failure word first: whatever a raised flag lets run sees it */
+	cudaMemcpyAsync(g->arena + g->d.o_failed, g->ones, 4, cudaMemcpyHostToDevice, g->rel);
 	cudaMemcpyAsync(g->arena + g->d.o_ready, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
 	cudaMemcpyAsync(g->arena + g->d.o_cons, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
 	cudaMemcpyAsync(g->arena + g->d.o_comb, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);

@@ -29,6 +29,10 @@ __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
 {
 	const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
 	const uint32_t *ranks = ARENA(d, const uint32_t, o_wait_rank) + (uint64_t)wp * (d.W + 1);
+	const uint32_t kt = wp == WP_SEND ? KT_WAIT_SEND : wp == WP_RECV ? KT_WAIT_RECV
+			    : wp == WP_CSEND ? KT_WAIT_CSEND : KT_WAIT_CRECV;
+	const uint32_t round = *ARENA(d, const uint32_t, o_round);
+	trace_start(d, round, kt);
 	uint64_t t0 = global_ns();
 	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += blockDim.x) {
 		volatile uint32_t *p = (volatile uint32_t *)flags[f];
@@ -36,7 +40,12 @@ __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
 		 * deliver, with the same deadline: a grace, so that their error,
 		 * which says more, is the one reported. */
 		uint64_t limit = d.timeout_ns + (ranks[f] == UINT32_MAX ? 1000000000ull : 0ull);
-		while (ld_acquire_sys(p) != 1u) {
+		for (uint32_t spin = 0; ld_acquire_sys(p) != 1u; spin++) {
+			/* the proxy's word is in host memory: looked at now and then */
+			if ((spin & 63u) == 63u && proxy_failed_host(d)) {
+				*ARENA(d, volatile uint32_t, o_failed) = 1u;
+				break;
+			}
 			if (proxy_failed(d))
 				break;
 			if (global_ns() - t0 > limit) {
@@ -47,6 +56,9 @@ __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
 		}
 		*p = 0u;
 	}
+	__syncwarp();
+	if (threadIdx.x == 0)
+		trace_at(d, round, kt, 1);
 }
 
 __global__ void moe_stamp_kernel(uint64_t *dst)
@@ -70,12 +82,21 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 	uint32_t *tot_e = hp + NW * W, *tot_r = tot_e + E, *tot_p = tot_r + W;
 	uint32_t *so = tot_p + W, *cbo = so + W;
 	__shared__ uint32_t s_round;
+	uint64_t t_start = global_ns();
 	for (uint32_t i = tid; i < NW * (E + 2 * W); i += bd)
 		sm[i] = 0;
 	if (tid == 0) {
 		uint32_t *rp = ARENA(d, uint32_t, o_round);
 		s_round = *rp + 1;
 		*rp = s_round;
+		if (d.trace) { /* this round's slot: stale stamps of an older round out first */
+			uint64_t *tr = ARENA(d, uint64_t, o_trace) +
+				       (uint64_t)(s_round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N * 2;
+			for (uint32_t i = 0; i < 2 * KT_N; i++)
+				tr[i] = 0;
+			tr[2 * KT_ROUND] = s_round;
+			tr[2 * KT_ROUTE] = t_start;
+		}
 	}
 	__syncthreads();
 	const uint32_t round = s_round;
@@ -189,6 +210,7 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 	if (tid == 0) {
 		__threadfence_system();
 		st_release_sys(&d.ctl->k_route, round);
+		trace_at(d, round, KT_ROUTE, 1);
 	}
 }
 
@@ -253,6 +275,7 @@ __global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const f
 	const int32_t *trec = ARENA(d, const int32_t, o_rec);
 	const uint8_t *tlead = ARENA(d, const uint8_t, o_lead);
 	const uint32_t *tj = ARENA(d, const uint32_t, o_j), *tpb = ARENA(d, const uint32_t, o_pb);
+	trace_start(d, round, KT_PACK);
 	if (t < n)
 		stage_token(d, buf, t, x, xs, quant);
 	__syncthreads();
@@ -291,10 +314,12 @@ __global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const f
 		if (pass == 0 && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
 			st_release_sys(&d.ctl->k_packed, round); /* the proxy posts the remote ones */
 	}
-	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0)
+	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < d.W; r++)
 			if (r != d.me && same_host(d, r))
 				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
+		trace_at(d, round, KT_PACK, 1);
+	}
 }
 
 /* ------------------------------------------------------------------ plan */
@@ -333,8 +358,10 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 	uint32_t *pcounts = ARENA(d, uint32_t, o_counts), *poff = ARENA(d, uint32_t, o_offsets);
 	uint32_t *pbase = ARENA(d, uint32_t, o_base), *misc = ARENA(d, uint32_t, o_misc);
 	__shared__ int bad;
-	if (tid == 0)
+	if (tid == 0) {
+		trace_at(d, round, KT_PLAN, 0);
 		bad = proxy_failed(d) ? 1 : 0;
+	}
 	__syncthreads();
 	for (uint32_t s = tid; s < W && !bad; s += bd) {
 		const uint32_t *row = row_of(d, round, s);
@@ -441,6 +468,9 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 	}
 	if (tid == 0 && offsets)
 		offsets[L] = (int32_t)poff[L];
+	__syncthreads();
+	if (tid == 0)
+		trace_at(d, round, KT_PLAN, 1);
 }
 
 /* --------------------------------------------------------------- shuffle */
@@ -474,6 +504,7 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 	int32_t *qrow = ARENA(d, int32_t, o_qrow);
 	__shared__ uint32_t meta[4 + 2 * XFER_MOE_TOPK_MAX];
 	__shared__ int ok;
+	trace_start(d, round, KT_SHUFFLE);
 	const uint32_t total = misc[MISC_BAD] ? 0 : misc[MISC_REC_TOTAL];
 	for (uint32_t g = blockIdx.x; g < total; g += gridDim.x) {
 		uint32_t k = find_src(recpref, W, g), s = recsrc[k], q = g - recpref[k];
@@ -525,6 +556,7 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 			if (r != me && same_host(d, r))
 				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_cons) + me, 1u);
 		st_release_sys(&d.ctl->k_recv_done, round);
+		trace_at(d, round, KT_SHUFFLE, 1);
 	}
 }
 
@@ -539,6 +571,7 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 	const uint32_t *pcb = ARENA(d, const uint32_t, o_cb);
 	const int32_t *qrow = ARENA(d, const int32_t, o_qrow);
 	const uint64_t *peer_comb = ARENA(d, const uint64_t, o_peer_comb);
+	trace_start(d, round, KT_CSEND);
 	bool fine = !misc[MISC_BAD] && !proxy_failed(d);
 	uint32_t qr = fine ? misc[MISC_Q_REMOTE] : 0, qt = fine ? misc[MISC_Q_TOTAL] : 0;
 	for (uint32_t q = blockIdx.x; q < qr; q += gridDim.x)
@@ -550,10 +583,12 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 		uint8_t *dst = (uint8_t *)peer_comb[s] + (uint64_t)(pcb[s] + q - qstart[k]) * d.CB;
 		copy16(dst, eo + (uint64_t)qrow[q] * rowb, rowb);
 	}
-	if (last_block(d, CNT_CSEND_ALL) && threadIdx.x == 0)
+	if (last_block(d, CNT_CSEND_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < W; r++)
 			if (r != me && same_host(d, r))
 				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
+		trace_at(d, round, KT_CSEND, 1);
+	}
 }
 
 __global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
@@ -561,6 +596,7 @@ __global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, ui
 	const uint32_t t = blockIdx.x, K = d.K, H = d.H;
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	const int32_t *tcomb = ARENA(d, const int32_t, o_tcomb);
+	trace_start(d, round, KT_CRECV);
 	bool failed = proxy_failed(d) || ARENA(d, const uint32_t, o_misc)[MISC_BAD];
 	for (uint32_t c = threadIdx.x; t < n && c < H / 8; c += blockDim.x) {
 		float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -581,6 +617,8 @@ __global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, ui
 			o[i] = __float2bfloat16_rn(acc[i]);
 		*((uint4 *)(out + (uint64_t)t * H) + c) = *(const uint4 *)o;
 	}
-	if (last_block(d, CNT_CRECV) && threadIdx.x == 0)
+	if (last_block(d, CNT_CRECV) && threadIdx.x == 0) {
 		st_release_sys(&d.ctl->k_comb_done, round);
+		trace_at(d, round, KT_CRECV, 1);
+	}
 }
