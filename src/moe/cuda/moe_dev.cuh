@@ -36,6 +36,7 @@
 enum { CNT_PACK_REMOTE, CNT_PACK_ALL, CNT_SHUFFLE, CNT_CSEND_REMOTE, CNT_CSEND_ALL, CNT_CRECV, CNT_N = 16 };
 enum { MISC_REC_TOTAL, MISC_Q_REMOTE, MISC_Q_TOTAL, MISC_BAD, MISC_N = 8 };
 enum { WP_SEND, WP_RECV, WP_CSEND, WP_CRECV, WP_N };
+enum { PLAN_THREADS = 256 }; /* the plan kernel's one block (its scan is sized by it) */
 /* Trace points (XFER_MOE_TRACE=1): per round, each kernel's first start and
  * last end on the GPU's global timer, in launch order; KT_ROUND holds the
  * round number (the slot is round % XFER_MOE_CUDA_TRACE_ROUNDS). */

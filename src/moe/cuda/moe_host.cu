@@ -618,7 +618,7 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_recv(xfer_moe_cuda_t *g,
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
 	if ((rc = wait_point(g, WP_RECV, st)))
 		return rc;
-	moe_plan_kernel<<<1, 256, 0, st>>>(g->d, counts, offsets);
+	moe_plan_kernel<<<1, PLAN_THREADS, 0, st>>>(g->d, counts, offsets);
 	CU(cudaGetLastError(), "launching the plan kernel");
 	moe_shuffle_kernel<<<g->grid_shuffle, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
 	CU(cudaGetLastError(), "launching the shuffle kernel");

@@ -270,39 +270,47 @@ __global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const f
 	extern __shared__ uint4 smem4[];
 	uint8_t *buf = (uint8_t *)smem4;
 	__shared__ uint32_t s_meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	/* the token's routing, loaded once by K threads: thread 0's record
+	 * headers then need no chain of dependent global loads */
+	__shared__ int32_t s_rec[XFER_MOE_TOPK_MAX];
+	__shared__ uint32_t s_e[XFER_MOE_TOPK_MAX], s_j[XFER_MOE_TOPK_MAX], s_pb[XFER_MOE_TOPK_MAX];
+	__shared__ uint8_t s_lead[XFER_MOE_TOPK_MAX];
 	const uint32_t t = blockIdx.x, K = d.K, L = d.L;
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
-	const int32_t *trec = ARENA(d, const int32_t, o_rec);
-	const uint8_t *tlead = ARENA(d, const uint8_t, o_lead);
-	const uint32_t *tj = ARENA(d, const uint32_t, o_j), *tpb = ARENA(d, const uint32_t, o_pb);
 	trace_start(d, round, KT_PACK);
+	if (t < n && threadIdx.x < K) {
+		uint64_t s = (uint64_t)t * K + threadIdx.x;
+		int32_t r = ARENA(d, const int32_t, o_rec)[s];
+		s_rec[threadIdx.x] = r;
+		s_lead[threadIdx.x] = ARENA(d, const uint8_t, o_lead)[s];
+		s_e[threadIdx.x] = r >= 0 ? (uint32_t)load_idx(idx, idx_bytes, s) : 0u;
+		s_j[threadIdx.x] = ARENA(d, const uint32_t, o_j)[s];
+		s_pb[threadIdx.x] = ARENA(d, const uint32_t, o_pb)[s];
+	}
 	if (t < n)
 		stage_token(d, buf, t, x, xs, quant);
 	__syncthreads();
 	for (int pass = 0; pass < 2; pass++) { /* remote destinations first */
 		for (uint32_t k = 0; t < n && k < K; k++) {
-			uint64_t s = (uint64_t)t * K + k;
-			if (!tlead[s])
+			if (!s_lead[k])
 				continue;
-			uint32_t dd = (uint32_t)load_idx(idx, idx_bytes, s) / L;
+			uint32_t dd = s_e[k] / L;
 			if (same_host(d, dd) == (pass == 0))
 				continue;
-			uint8_t *rec = d.send + (uint64_t)trec[s] * d.RB;
+			uint8_t *rec = d.send + (uint64_t)s_rec[k] * d.RB;
 			copy16_from_smem(rec, buf, d.PB + d.SB);
 			if (threadIdx.x == 0) {
 				uint32_t np = 0;
 				for (uint32_t k2 = k; k2 < K; k2++) {
-					uint64_t s2 = (uint64_t)t * K + k2;
-					if (trec[s2] != trec[s])
+					if (s_rec[k2] != s_rec[k])
 						continue;
-					uint32_t e = (uint32_t)load_idx(idx, idx_bytes, s2);
-					s_meta[4 + 2 * np] = k2 | ((e - dd * L) << 16);
-					s_meta[5 + 2 * np] = tj[s2];
+					s_meta[4 + 2 * np] = k2 | ((s_e[k2] - dd * L) << 16);
+					s_meta[5 + 2 * np] = s_j[k2];
 					np++;
 				}
 				s_meta[0] = t;
 				s_meta[1] = np;
-				s_meta[2] = tpb[s];
+				s_meta[2] = s_pb[k];
 				s_meta[3] = round;
 			}
 			__syncthreads();
@@ -311,8 +319,9 @@ __global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const f
 				meta[i] = s_meta[i];
 			__syncthreads();
 		}
-		if (pass == 0 && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
-			st_release_sys(&d.ctl->k_packed, round); /* the proxy posts the remote ones */
+		/* the proxy posts the remote ones (it looks only with remote ranks) */
+		if (pass == 0 && d.n_remote && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
+			st_release_sys(&d.ctl->k_packed, round);
 	}
 	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < d.W; r++)
@@ -395,17 +404,53 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 		pcounts[e] = n;
 	}
 	__syncthreads();
+	/* Experts' offsets: a block-wide prefix sum, each thread a run of
+	 * consecutive experts. (One thread walking all L experts through global
+	 * memory was a chain of L dependent loads and stores: tens of us.) */
+	__shared__ uint64_t s_scan[PLAN_THREADS];
+	__shared__ uint32_t s_bad_e;
+	const uint32_t per = (L + bd - 1) / bd, e0 = min(L, tid * per), e1 = min(L, e0 + per);
+	const bool padded = d.layout == XFER_MOE_PADDED;
+	uint64_t mine = 0;
+	for (uint32_t e = e0; e < e1; e++)
+		mine += padded ? 0 : (pcounts[e] + d.align - 1) / d.align * d.align;
+	s_scan[tid] = mine;
+	if (tid == 0)
+		s_bad_e = UINT32_MAX;
+	__syncthreads();
+	for (uint32_t o = 1; o < bd; o <<= 1) { /* inclusive scan (Hillis-Steele) */
+		uint64_t v = tid >= o ? s_scan[tid - o] : 0;
+		__syncthreads();
+		s_scan[tid] += v;
+		__syncthreads();
+	}
+	uint64_t off = s_scan[tid] - mine;
+	for (uint32_t e = e0; e < e1; e++) {
+		uint32_t cnt = pcounts[e];
+		if (padded) {
+			poff[e] = e * d.cap;
+			if (cnt > d.cap)
+				atomicMin(&s_bad_e, e);
+		} else {
+			poff[e] = (uint32_t)off;
+			off += (cnt + d.align - 1) / d.align * d.align;
+			if (off > d.cap)
+				atomicMin(&s_bad_e, e); /* the first expert past the end, as one walk finds it */
+		}
+	}
+	__syncthreads();
 	if (tid == 0) {
 		/* sources in order: remote ones first (the engine's), then this host's */
 		uint64_t ovf = 0, rec = 0, q = 0;
-		uint32_t k = 0;
+		uint32_t k = 0, q_remote = 0;
 		for (int pass = 0; pass < 2; pass++)
 			for (uint32_t s = 0; s < W; s++) {
 				if (same_host(d, s) == (pass == 0))
 					continue;
+				uint32_t c = pc[s];
 				if (pass == 0) {
 					povf[s] = (uint64_t)W * P + ovf;
-					ovf += pc[s] > P ? pc[s] - P : 0;
+					ovf += c > P ? c - P : 0;
 				} else {
 					povf[s] = 0;
 				}
@@ -413,37 +458,23 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 				recpref[k] = (uint32_t)rec;
 				qsrc[k] = s;
 				qstart[k] = (uint32_t)q;
-				rec += pc[s];
+				rec += c;
 				q += ppr[s];
 				k++;
 				if (pass == 0)
-					misc[MISC_Q_REMOTE] = (uint32_t)q;
+					q_remote = (uint32_t)q;
 			}
 		recpref[W] = (uint32_t)rec;
 		qstart[W] = (uint32_t)q;
-		if (!d.n_remote)
-			misc[MISC_Q_REMOTE] = 0;
-		uint64_t off = 0;
-		for (uint32_t e = 0; e < L && !bad; e++) {
-			if (d.layout == XFER_MOE_PADDED) {
-				poff[e] = e * d.cap;
-				if (pcounts[e] > d.cap) {
-					kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + e);
-					bad = 1;
-				}
-			} else {
-				poff[e] = (uint32_t)off;
-				off += (pcounts[e] + d.align - 1) / d.align * d.align;
-				if (off > d.cap) {
-					kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + e);
-					bad = 1;
-				}
-			}
+		misc[MISC_Q_REMOTE] = d.n_remote ? q_remote : 0;
+		if (s_bad_e != UINT32_MAX) {
+			kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + s_bad_e);
+			bad = 1;
 		}
-		poff[L] = d.layout == XFER_MOE_PADDED ? L * d.cap : (uint32_t)off;
+		poff[L] = padded ? L * d.cap : (uint32_t)s_scan[bd - 1];
 		/* the overflow area; the combine send buffer (only tokens whose top-k
 		 * repeat an expert can exceed it) */
-		if (ovf > d.O || misc[MISC_Q_REMOTE] > d.comb_send_rows) {
+		if (ovf > d.O || (d.n_remote ? q_remote : 0) > d.comb_send_rows) {
 			kernel_error(d, XFER_MOE_KERR_CAPACITY, 0x80000000u | me); /* a buffer, not an expert */
 			bad = 1;
 		}
@@ -503,6 +534,7 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 	const uint32_t *pcounts = ARENA(d, const uint32_t, o_counts);
 	int32_t *qrow = ARENA(d, int32_t, o_qrow);
 	__shared__ uint32_t meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	__shared__ uint64_t s_row[XFER_MOE_TOPK_MAX];
 	__shared__ int ok;
 	trace_start(d, round, KT_SHUFFLE);
 	const uint32_t total = misc[MISC_BAD] ? 0 : misc[MISC_REC_TOTAL];
@@ -515,38 +547,57 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 			rec = d.recv + (pfirst[s] + q) * d.RB;
 		else
 			rec = d.recv + (povf[s] + q - P) * d.RB;
+		/* a record from another rank is untrusted: every index in it must
+		 * fall within what its route vector announced. Thread 0 checks the
+		 * header, thread p pair p (each a short chain of loads, in parallel). */
+		const uint32_t *m = (const uint32_t *)(rec + d.PB + d.SB);
 		if (threadIdx.x == 0) {
-			const uint32_t *m = (const uint32_t *)(rec + d.PB + d.SB);
 			for (uint32_t i = 0; i < 4; i++)
 				meta[i] = __ldcg(m + i);
-			/* a record from another rank is untrusted: every index in it
-			 * must fall within what its route vector announced */
 			ok = meta[3] == round && meta[0] < pntok[s] && meta[1] >= 1 && meta[1] <= K &&
 			     meta[2] <= ppr[s] && meta[1] <= ppr[s] - meta[2];
-			for (uint32_t p = 0; ok && p < meta[1]; p++) {
-				meta[4 + 2 * p] = __ldcg(m + 4 + 2 * p);
-				meta[5 + 2 * p] = __ldcg(m + 5 + 2 * p);
-				uint32_t e = meta[4 + 2 * p] >> 16, j = meta[5 + 2 * p];
+		}
+		__syncthreads();
+		bool good = true;
+		if (ok && threadIdx.x < meta[1]) {
+			const uint32_t p = threadIdx.x, ke = __ldcg(m + 4 + 2 * p), j = __ldcg(m + 5 + 2 * p);
+			const uint32_t e = ke >> 16;
+			meta[4 + 2 * p] = ke;
+			meta[5 + 2 * p] = j;
+			good = (ke & 0xffffu) < K && e < L;
+			if (good) {
 				uint32_t end = s + 1 < W ? pbase[(uint64_t)(s + 1) * L + e] : poff[e] + pcounts[e];
-				ok = (meta[4 + 2 * p] & 0xffffu) < K && e < L && j < end - pbase[(uint64_t)s * L + e];
+				good = j < end - pbase[(uint64_t)s * L + e];
+				s_row[p] = (uint64_t)pbase[(uint64_t)s * L + e] + j;
 			}
+		}
+		int all_good = __syncthreads_and(good);
+		if (threadIdx.x == 0) {
+			if (!all_good)
+				ok = 0;
 			if (!ok)
 				kernel_error(d, XFER_MOE_KERR_STALE, s);
 		}
 		__syncthreads();
-		for (uint32_t p = 0; ok && p < meta[1]; p++) {
-			uint32_t e = meta[4 + 2 * p] >> 16;
-			uint64_t row = (uint64_t)pbase[(uint64_t)s * L + e] + meta[5 + 2 * p];
-			copy16(out_x + row * d.PB, rec, d.PB);
-			if (d.SB)
-				for (uint32_t i = threadIdx.x; i < d.G; i += blockDim.x)
-					out_s[row * d.G + i] = __ldcg((const float *)(rec + d.PB) + i);
-			if (threadIdx.x == 0) {
+		if (ok) { /* the record read once, written to each of its pairs' rows */
+			const uint32_t np = meta[1];
+			for (uint32_t o = threadIdx.x * 16u; o < d.PB; o += blockDim.x * 16u) {
+				uint4 v = __ldcg((const uint4 *)(rec + o));
+				for (uint32_t p = 0; p < np; p++)
+					*(uint4 *)(out_x + s_row[p] * d.PB + o) = v;
+			}
+			for (uint32_t i = threadIdx.x; i < (d.SB ? d.G : 0u); i += blockDim.x) {
+				float v = __ldcg((const float *)(rec + d.PB) + i);
+				for (uint32_t p = 0; p < np; p++)
+					out_s[s_row[p] * d.G + i] = v;
+			}
+			if (threadIdx.x < np) {
+				uint64_t row = s_row[threadIdx.x];
 				if (src_rank)
 					src_rank[row] = (int32_t)s;
 				if (src_token)
 					src_token[row] = (int32_t)meta[0];
-				qrow[qstart[k] + meta[2] + p] = (int32_t)row;
+				qrow[qstart[k] + meta[2] + threadIdx.x] = (int32_t)row;
 			}
 		}
 		__syncthreads();
@@ -596,20 +647,39 @@ __global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, ui
 	const uint32_t t = blockIdx.x, K = d.K, H = d.H;
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	const int32_t *tcomb = ARENA(d, const int32_t, o_tcomb);
+	/* the token's rows and weights, loaded once by K threads */
+	__shared__ int32_t s_r[XFER_MOE_TOPK_MAX];
+	__shared__ float s_w[XFER_MOE_TOPK_MAX];
 	trace_start(d, round, KT_CRECV);
 	bool failed = proxy_failed(d) || ARENA(d, const uint32_t, o_misc)[MISC_BAD];
+	if (t < n && threadIdx.x < K) {
+		s_r[threadIdx.x] = failed ? -1 : tcomb[(uint64_t)t * K + threadIdx.x];
+		s_w[threadIdx.x] = wts[(uint64_t)t * K + threadIdx.x];
+	}
+	__syncthreads();
+	enum { BATCH = 8 }; /* rows loaded before any is summed: their loads overlap */
 	for (uint32_t c = threadIdx.x; t < n && c < H / 8; c += blockDim.x) {
 		float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-		for (uint32_t k = 0; k < K && !failed; k++) {
-			int32_t r = tcomb[(uint64_t)t * K + k];
-			if (r < 0)
-				continue;
-			float w = wts[(uint64_t)t * K + k];
-			uint4 raw = __ldcg((const uint4 *)(d.comb_recv + (uint64_t)r * d.CB) + c);
-			const __nv_bfloat16 *y = (const __nv_bfloat16 *)&raw;
+		for (uint32_t k0 = 0; k0 < K; k0 += BATCH) {
+			uint4 raw[BATCH];
 #pragma unroll
-			for (int i = 0; i < 8; i++) /* one rounding per product and per sum */
-				acc[i] = __fadd_rn(acc[i], __fmul_rn(w, __bfloat162float(y[i])));
+			for (int b = 0; b < BATCH; b++) {
+				uint32_t k = k0 + b;
+				int32_t r = k < K ? s_r[k] : -1;
+				raw[b] = r < 0 ? make_uint4(0, 0, 0, 0)
+					       : __ldcg((const uint4 *)(d.comb_recv + (uint64_t)r * d.CB) + c);
+			}
+#pragma unroll
+			for (int b = 0; b < BATCH; b++) {
+				uint32_t k = k0 + b;
+				if (k >= K || s_r[k] < 0)
+					continue;
+				float w = s_w[k];
+				const __nv_bfloat16 *y = (const __nv_bfloat16 *)&raw[b];
+#pragma unroll
+				for (int i = 0; i < 8; i++) /* slot order; one rounding per product and per sum */
+					acc[i] = __fadd_rn(acc[i], __fmul_rn(w, __bfloat162float(y[i])));
+			}
 		}
 		__nv_bfloat16 o[8];
 #pragma unroll
