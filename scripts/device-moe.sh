@@ -145,6 +145,10 @@ if [ "$ORDER" = diag ]; then
 	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
 	step bench-decode-ipc-eager 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters 300 --eager --trace
 	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	step bench-decode-ipc-stream 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters 300 --trace \
+		--gpu-wait stream
+	step bench-decode-ipc-grid132 20 env XFER_MOE_GRID=132 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters 300 --trace
 elif [ "$ORDER" = figures ]; then
 	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
 	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).
