@@ -138,6 +138,10 @@ if [ "$ORDER" = diag ]; then
 		$pf --trace --json "$out/bench-prefill-ipc.json"
 	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
 	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
+	# the send and receive waits inside the route and plan kernels (two launches fewer a round)
+	step bench-decode-ipc-fuse 20 env XFER_MOE_FUSE=1 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters $iters --trace
+	step gpu-2-ipc-fuse 25 env XFER_MOE_FUSE=1 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
 	step bench-decode-ipc-sm50 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
 	step bench-decode-engine 30 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters 300 --per-graph 20 \

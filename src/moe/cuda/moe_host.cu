@@ -166,6 +166,7 @@ struct xfer_moe_cuda {
 	cudaStream_t rel;
 	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
 	int kernels_loaded;     /* preload_kernels' answer */
+	bool fuse;              /* XFER_MOE_FUSE=1: send and receive waits inside route / plan */
 	uint8_t uuid[16];
 	bool connected;
 };
@@ -371,6 +372,8 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.timeout_ns = k.timeout_ms * 1000000ull;
 	const char *tr = getenv("XFER_MOE_TRACE");
 	d.trace = tr && *tr && strcmp(tr, "0") != 0;
+	const char *fu = getenv("XFER_MOE_FUSE");
+	g->fuse = fu && *fu && strcmp(fu, "0") != 0;
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -565,6 +568,13 @@ static int wait_point(xfer_moe_cuda_t *g, int wp, cudaStream_t st)
 	return 0;
 }
 
+/* Whether wait point wp runs inside its neighbour kernel (XFER_MOE_FUSE=1,
+ * kernel waits only: a stream wait holds no SM and needs no kernel). */
+static bool fuse(const xfer_moe_cuda_t *g, int wp)
+{
+	return g->fuse && g->wait == XFER_MOE_WAIT_KERNEL && g->d.wait_n[wp] > 0;
+}
+
 static int ready(xfer_moe_cuda_t *g, const char *op)
 {
 	if (!g)
@@ -595,9 +605,10 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_send(xfer_moe_cuda_t *g,
 	if (n && d.scales && !quantize && !x_scales)
 		return fail(-EINVAL, "dispatch_send: fp8 tokens without their scales");
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
-	moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes);
+	uint32_t fused = fuse(g, WP_SEND) ? (uint32_t)WP_SEND : (uint32_t)WP_N;
+	moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes, fused);
 	CU(cudaGetLastError(), "launching the route kernel");
-	if ((rc = wait_point(g, WP_SEND, st)))
+	if (fused == WP_N && (rc = wait_point(g, WP_SEND, st)))
 		return rc;
 	moe_pack_kernel<<<n ? n : 1, 256, g->pack_smem, st>>>(d, n, (const uint8_t *)x, x_scales, quantize,
 								topk_idx, idx_bytes);
@@ -616,9 +627,10 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_recv(xfer_moe_cuda_t *g,
 	if (!out_x || !counts || (g->d.SB && !out_scales))
 		return fail(-EINVAL, "dispatch_recv: an output is missing");
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
-	if ((rc = wait_point(g, WP_RECV, st)))
+	uint32_t fused = fuse(g, WP_RECV) ? (uint32_t)WP_RECV : (uint32_t)WP_N;
+	if (fused == WP_N && (rc = wait_point(g, WP_RECV, st)))
 		return rc;
-	moe_plan_kernel<<<1, PLAN_THREADS, 0, st>>>(g->d, counts, offsets);
+	moe_plan_kernel<<<1, PLAN_THREADS, 0, st>>>(g->d, counts, offsets, fused);
 	CU(cudaGetLastError(), "launching the plan kernel");
 	moe_shuffle_kernel<<<g->grid_shuffle, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
 	CU(cudaGetLastError(), "launching the shuffle kernel");

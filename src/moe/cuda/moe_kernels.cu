@@ -25,16 +25,21 @@
 
 /* ------------------------------------------------------------------ wait */
 
-__global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
+/* A wait point, run by one warp (threads 0..31 of a block): spins until
+ * each of its flags is 1, then lowers it; the deadline, or the proxy's
+ * failure, ends the wait. Its own kernel, or (XFER_MOE_FUSE=1, kernel
+ * waits) the end of the route kernel and the start of the plan kernel, a
+ * launch fewer each. */
+__device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
 {
 	const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
 	const uint32_t *ranks = ARENA(d, const uint32_t, o_wait_rank) + (uint64_t)wp * (d.W + 1);
 	const uint32_t kt = wp == WP_SEND ? KT_WAIT_SEND : wp == WP_RECV ? KT_WAIT_RECV
 			    : wp == WP_CSEND ? KT_WAIT_CSEND : KT_WAIT_CRECV;
-	const uint32_t round = *ARENA(d, const uint32_t, o_round);
-	trace_start(d, round, kt);
+	if (threadIdx.x == 0)
+		trace_at(d, round, kt, 0);
 	uint64_t t0 = global_ns();
-	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += blockDim.x) {
+	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += 32) {
 		volatile uint32_t *p = (volatile uint32_t *)flags[f];
 		/* The proxy's flag waits on counters that name the rank that did not
 		 * deliver, with the same deadline: a grace, so that their error,
@@ -57,8 +62,15 @@ __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
 		*p = 0u;
 	}
 	__syncwarp();
-	if (threadIdx.x == 0)
+	if (threadIdx.x == 0) {
+		__threadfence(); /* what the flags announced, before the block goes on */
 		trace_at(d, round, kt, 1);
+	}
+}
+
+__global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
+{
+	wait_flags(d, wp, *ARENA(d, const uint32_t, o_round));
 }
 
 __global__ void moe_stamp_kernel(uint64_t *dst)
@@ -73,7 +85,7 @@ __device__ __forceinline__ int64_t load_idx(const void *idx, int idx_bytes, uint
 	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
 }
 
-__global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes)
+__global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes, uint32_t wait_after)
 {
 	extern __shared__ uint32_t sm[];
 	const uint32_t NW = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -212,6 +224,8 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 		st_release_sys(&d.ctl->k_route, round);
 		trace_at(d, round, KT_ROUTE, 1);
 	}
+	if (wait_after < WP_N && tid < 32)
+		wait_flags(d, wait_after, round);
 }
 
 /* ------------------------------------------------------------------ pack */
@@ -355,7 +369,7 @@ __device__ void plan_zero(const moe_dev &d, int32_t *counts, int32_t *offsets)
 	}
 }
 
-__global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
+__global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, uint32_t wait_before)
 {
 	const uint32_t W = d.W, E = d.E, L = d.L, me = d.me, P = d.P, tid = threadIdx.x, bd = blockDim.x;
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
@@ -367,6 +381,11 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 	uint32_t *pcounts = ARENA(d, uint32_t, o_counts), *poff = ARENA(d, uint32_t, o_offsets);
 	uint32_t *pbase = ARENA(d, uint32_t, o_base), *misc = ARENA(d, uint32_t, o_misc);
 	__shared__ int bad;
+	if (wait_before < WP_N) {
+		if (tid < 32)
+			wait_flags(d, wait_before, round);
+		__syncthreads();
+	}
 	if (tid == 0) {
 		trace_at(d, round, KT_PLAN, 0);
 		bad = proxy_failed(d) ? 1 : 0;
