@@ -138,11 +138,23 @@ __device__ __forceinline__ void trace_start(const moe_dev &d, uint32_t round, ui
 }
 
 /* 16-byte copies; src may be another GPU's memory (IPC) or written by a
- * copy engine or a peer during an earlier kernel: read through L2. */
+ * copy engine or a peer during an earlier kernel: read through L2. Four
+ * loads in flight per thread before their stores (src and dst may alias as
+ * far as the compiler knows, so a plain loop waits out each load). */
 __device__ __forceinline__ void copy16(uint8_t *dst, const uint8_t *src, uint32_t bytes)
 {
-	for (uint32_t o = threadIdx.x * 16u; o < bytes; o += blockDim.x * 16u)
-		*(uint4 *)(dst + o) = __ldcg((const uint4 *)(src + o));
+	const uint32_t step = blockDim.x * 16u;
+	for (uint32_t o = threadIdx.x * 16u; o < bytes; o += 4 * step) {
+		uint4 v[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			if (o + j * step < bytes)
+				v[j] = __ldcg((const uint4 *)(src + o + j * step));
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			if (o + j * step < bytes)
+				*(uint4 *)(dst + o + j * step) = v[j];
+	}
 }
 
 /* The same from shared memory (a global-space load must not see it). */
