@@ -407,6 +407,10 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	uint32_t per_warp = (d.E + 2 * W) * 4, fixed = (d.E + 4 * W) * 4;
 	uint32_t nw = (uint32_t)((46 * 1024 - (int)fixed) / (int)per_warp);
 	nw = nw < 1 ? 1 : nw > 32 ? 32 : nw;
+	cudaFuncAttributes rfa; /* and no more threads than its registers allow */
+	if (cudaFuncGetAttributes(&rfa, moe_route_kernel) == cudaSuccess && rfa.maxThreadsPerBlock >= 32 &&
+	    nw > (uint32_t)rfa.maxThreadsPerBlock / 32)
+		nw = (uint32_t)rfa.maxThreadsPerBlock / 32;
 	g->route_threads = nw * 32;
 	g->route_smem = nw * per_warp + fixed;
 	if (g->route_smem > 48 * 1024)

@@ -85,11 +85,89 @@ __device__ __forceinline__ int64_t load_idx(const void *idx, int idx_bytes, uint
 	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
 }
 
-__global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes, uint32_t wait_after)
+/* One slot of the route kernel between its passes: the record number
+ * local to (warp, rank) or -1, the expert, the expert ordinal and pair base
+ * local to the warp, and the slot's rank among the token's pairs there. */
+struct slot_v {
+	int32_t r;
+	uint32_t e, j, pb, q;
+};
+enum { ROUTE_CACHE = 4 }; /* tokens per warp kept in registers between passes (decode: 128 tokens, 32 warps) */
+
+/* Pass 1 for token t (warp-collective; lane k is slot k): the warp's
+ * histograms in shared memory, and the slot's pass-1 numbers in the arena
+ * (pack reads the lead flags; the uncached pass 3 the rest). */
+__device__ __forceinline__ slot_v route_slot(const moe_dev &d, uint32_t *sm, uint32_t w, uint32_t lane,
+					     uint32_t t, int64_t e64)
+{
+	const uint32_t E = d.E, W = d.W, K = d.K, L = d.L, NW = blockDim.x / 32;
+	uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
+	const uint32_t lt = (1u << lane) - 1u;
+	bool valid = e64 >= 0 && e64 < (int64_t)E;
+	uint32_t e = valid ? (uint32_t)e64 : 0u, dd = valid ? e / L : 0u;
+	uint32_t peers_e = __match_any_sync(0xffffffffu, valid ? e : (0x80000000u | lane));
+	uint32_t lead_e = __ffs(peers_e) - 1;
+	uint32_t peers_d = __match_any_sync(0xffffffffu, valid ? dd : (0x80000000u | lane));
+	uint32_t lead_d = __ffs(peers_d) - 1;
+	uint32_t be = valid && lane == lead_e ? he[w * E + e] : 0u;
+	uint32_t br = valid && lane == lead_d ? hr[w * W + dd] : 0u;
+	uint32_t bp = valid && lane == lead_d ? hp[w * W + dd] : 0u;
+	be = __shfl_sync(0xffffffffu, be, lead_e);
+	br = __shfl_sync(0xffffffffu, br, lead_d);
+	bp = __shfl_sync(0xffffffffu, bp, lead_d);
+	__syncwarp();
+	if (valid && lane == lead_e)
+		he[w * E + e] += __popc(peers_e);
+	if (valid && lane == lead_d) {
+		hr[w * W + dd] += 1u;
+		hp[w * W + dd] += __popc(peers_d);
+	}
+	__syncwarp();
+	slot_v x;
+	x.r = valid ? (int32_t)br : -1;
+	x.e = e;
+	x.j = be + __popc(peers_e & lt);
+	x.pb = bp;
+	x.q = (uint8_t)__popc(peers_d & lt);
+	if (lane < K) {
+		uint64_t s = (uint64_t)t * K + lane;
+		ARENA(d, int32_t, o_rec)[s] = x.r; /* local to (warp, rank) until pass 3 */
+		ARENA(d, uint8_t, o_lead)[s] = valid && lane == lead_d;
+		ARENA(d, uint8_t, o_q)[s] = (uint8_t)x.q;
+		ARENA(d, uint32_t, o_j)[s] = x.j;
+		ARENA(d, uint32_t, o_pb)[s] = x.pb;
+	}
+	return x;
+}
+
+/* Pass 3 for slot s: the global numbers from the warps' prefixes. */
+__device__ __forceinline__ void route_finish(const moe_dev &d, const uint32_t *sm, uint32_t w, uint64_t s,
+					     const slot_v &x)
+{
+	const uint32_t E = d.E, W = d.W, L = d.L, NW = blockDim.x / 32;
+	const uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
+	const uint32_t *tot_e = hp + NW * W, *tot_r = tot_e + E, *tot_p = tot_r + W;
+	const uint32_t *so = tot_p + W, *cbo = so + W;
+	if (x.r < 0) {
+		ARENA(d, int32_t, o_tcomb)[s] = -1;
+		return;
+	}
+	uint32_t dd = x.e / L;
+	uint32_t pb = hp[w * W + dd] + x.pb;
+	ARENA(d, int32_t, o_rec)[s] = (int32_t)(so[dd] + hr[w * W + dd] + (uint32_t)x.r);
+	ARENA(d, uint32_t, o_pb)[s] = pb;
+	ARENA(d, uint32_t, o_j)[s] = he[w * E + x.e] + x.j;
+	ARENA(d, int32_t, o_tcomb)[s] = (int32_t)(cbo[dd] + pb + x.q);
+}
+
+/* Up to 32 warps: 64 registers a thread at most (the slot cache must not
+ * make a 1,024-thread launch fail). */
+__global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes,
+							 uint32_t wait_after)
 {
 	extern __shared__ uint32_t sm[];
 	const uint32_t NW = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-	const uint32_t E = d.E, W = d.W, K = d.K, L = d.L, tid = threadIdx.x, bd = blockDim.x;
+	const uint32_t E = d.E, W = d.W, K = d.K, tid = threadIdx.x, bd = blockDim.x;
 	uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
 	uint32_t *tot_e = hp + NW * W, *tot_r = tot_e + E, *tot_p = tot_r + W;
 	uint32_t *so = tot_p + W, *cbo = so + W;
@@ -112,42 +190,28 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 	}
 	__syncthreads();
 	const uint32_t round = s_round;
-	int32_t *trec = ARENA(d, int32_t, o_rec), *tcomb = ARENA(d, int32_t, o_tcomb);
-	uint8_t *tlead = ARENA(d, uint8_t, o_lead), *tq = ARENA(d, uint8_t, o_q);
-	uint32_t *tj = ARENA(d, uint32_t, o_j), *tpb = ARENA(d, uint32_t, o_pb);
+	const int32_t *trec = ARENA(d, const int32_t, o_rec);
+	const uint8_t *tq = ARENA(d, const uint8_t, o_q);
+	const uint32_t *tj = ARENA(d, const uint32_t, o_j), *tpb = ARENA(d, const uint32_t, o_pb);
 	const uint32_t per = (n + NW - 1) / NW, t0 = min(n, w * per), t1 = min(n, t0 + per);
-	const uint32_t lt = (1u << lane) - 1u;
-	/* Pass 1: each warp walks its tokens in order; lane k is slot k. */
-	for (uint32_t t = t0; t < t1; t++) {
-		int64_t e64 = lane < K ? load_idx(idx, idx_bytes, (uint64_t)t * K + lane) : -1;
-		bool valid = e64 >= 0 && e64 < (int64_t)E;
-		uint32_t e = valid ? (uint32_t)e64 : 0u, dd = valid ? e / L : 0u;
-		uint32_t peers_e = __match_any_sync(0xffffffffu, valid ? e : (0x80000000u | lane));
-		uint32_t lead_e = __ffs(peers_e) - 1;
-		uint32_t peers_d = __match_any_sync(0xffffffffu, valid ? dd : (0x80000000u | lane));
-		uint32_t lead_d = __ffs(peers_d) - 1;
-		uint32_t be = valid && lane == lead_e ? he[w * E + e] : 0u;
-		uint32_t br = valid && lane == lead_d ? hr[w * W + dd] : 0u;
-		uint32_t bp = valid && lane == lead_d ? hp[w * W + dd] : 0u;
-		be = __shfl_sync(0xffffffffu, be, lead_e);
-		br = __shfl_sync(0xffffffffu, br, lead_d);
-		bp = __shfl_sync(0xffffffffu, bp, lead_d);
-		__syncwarp();
-		if (valid && lane == lead_e)
-			he[w * E + e] += __popc(peers_e);
-		if (valid && lane == lead_d) {
-			hr[w * W + dd] += 1u;
-			hp[w * W + dd] += __popc(peers_d);
-		}
-		__syncwarp();
-		if (lane < K) {
-			uint64_t s = (uint64_t)t * K + lane;
-			trec[s] = valid ? (int32_t)br : -1; /* local to (warp, rank) until pass 3 */
-			tlead[s] = valid && lane == lead_d;
-			tq[s] = (uint8_t)__popc(peers_d & lt);
-			tj[s] = be + __popc(peers_e & lt);
-			tpb[s] = bp;
-		}
+	/* Pass 1: each warp walks its tokens in order; lane k is slot k. With
+	 * at most ROUTE_CACHE tokens per warp (decode) every token's indices are
+	 * loaded at once and each slot's numbers stay in registers for pass 3;
+	 * else one token at a time, through the arena. */
+	struct slot_v v[ROUTE_CACHE];
+	const bool cached = per <= ROUTE_CACHE;
+	if (cached) {
+		int64_t ev[ROUTE_CACHE];
+#pragma unroll
+		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
+			ev[i] = t0 + i < t1 && lane < K ? load_idx(idx, idx_bytes, (uint64_t)(t0 + i) * K + lane) : -1;
+#pragma unroll
+		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
+			if (t0 + i < t1)
+				v[i] = route_slot(d, sm, w, lane, t0 + i, ev[i]);
+	} else {
+		for (uint32_t t = t0; t < t1; t++)
+			route_slot(d, sm, w, lane, t, lane < K ? load_idx(idx, idx_bytes, (uint64_t)t * K + lane) : -1);
 	}
 	__syncthreads();
 	/* Pass 2: warp histograms become exclusive prefixes (warps hold
@@ -185,21 +249,24 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 	}
 	__syncthreads();
 	/* Pass 3: global numbers. */
-	for (uint32_t t = t0; t < t1; t++) {
-		if (lane >= K)
-			continue;
-		uint64_t s = (uint64_t)t * K + lane;
-		int32_t r = trec[s];
-		if (r < 0) {
-			tcomb[s] = -1;
-			continue;
+	if (cached) {
+#pragma unroll
+		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
+			if (t0 + i < t1 && lane < K)
+				route_finish(d, sm, w, (uint64_t)(t0 + i) * K + lane, v[i]);
+	} else {
+		for (uint32_t t = t0; t < t1; t++) {
+			if (lane >= K)
+				continue;
+			uint64_t s = (uint64_t)t * K + lane;
+			struct slot_v x;
+			x.r = trec[s];
+			x.e = x.r < 0 ? 0u : (uint32_t)load_idx(idx, idx_bytes, s);
+			x.j = tj[s];
+			x.pb = tpb[s];
+			x.q = tq[s];
+			route_finish(d, sm, w, s, x);
 		}
-		uint32_t e = (uint32_t)load_idx(idx, idx_bytes, s), dd = e / L;
-		uint32_t pb = hp[w * W + dd] + tpb[s];
-		trec[s] = (int32_t)(so[dd] + hr[w * W + dd] + (uint32_t)r);
-		tpb[s] = pb;
-		tj[s] = he[w * E + e] + tj[s];
-		tcomb[s] = (int32_t)(cbo[dd] + pb + tq[s]);
 	}
 	/* The route vector: ours, the proxy's (pinned host), same-host ranks'. */
 	const uint32_t RV = d.RV, par = round & 1u;
