@@ -345,7 +345,7 @@ __device__ void stage_token(const moe_dev &d, uint8_t *buf, uint32_t t, const ui
 	}
 }
 
-__global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
+__global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
 				const void *idx, int idx_bytes)
 {
 	extern __shared__ uint4 smem4[];
@@ -728,7 +728,7 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 	}
 }
 
-__global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
+__global__ void __launch_bounds__(1024) moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
 {
 	const uint32_t t = blockIdx.x, K = d.K, H = d.H;
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
