@@ -140,6 +140,18 @@ __device__ __forceinline__ slot_v route_slot(const moe_dev &d, uint32_t *sm, uin
 	return x;
 }
 
+/* Slot s's pass-1 numbers, back from the arena (the uncached path). */
+__device__ __forceinline__ slot_v route_load(const moe_dev &d, const void *idx, int idx_bytes, uint64_t s)
+{
+	slot_v x;
+	x.r = ARENA(d, const int32_t, o_rec)[s];
+	x.e = (uint32_t)load_idx(idx, idx_bytes, s); /* unused when x.r < 0 (no dependent load) */
+	x.j = ARENA(d, const uint32_t, o_j)[s];
+	x.pb = ARENA(d, const uint32_t, o_pb)[s];
+	x.q = ARENA(d, const uint8_t, o_q)[s];
+	return x;
+}
+
 /* Pass 3 for slot s: the global numbers from the warps' prefixes. */
 __device__ __forceinline__ void route_finish(const moe_dev &d, const uint32_t *sm, uint32_t w, uint64_t s,
 					     const slot_v &x)
@@ -190,9 +202,6 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 	}
 	__syncthreads();
 	const uint32_t round = s_round;
-	const int32_t *trec = ARENA(d, const int32_t, o_rec);
-	const uint8_t *tq = ARENA(d, const uint8_t, o_q);
-	const uint32_t *tj = ARENA(d, const uint32_t, o_j), *tpb = ARENA(d, const uint32_t, o_pb);
 	const uint32_t per = (n + NW - 1) / NW, t0 = min(n, w * per), t1 = min(n, t0 + per);
 	/* Pass 1: each warp walks its tokens in order; lane k is slot k. With
 	 * at most ROUTE_CACHE tokens per warp (decode) every token's indices are
@@ -209,9 +218,13 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
 			if (t0 + i < t1)
 				v[i] = route_slot(d, sm, w, lane, t0 + i, ev[i]);
-	} else {
-		for (uint32_t t = t0; t < t1; t++)
-			route_slot(d, sm, w, lane, t, lane < K ? load_idx(idx, idx_bytes, (uint64_t)t * K + lane) : -1);
+	} else { /* the next token's indices loaded while this one is counted */
+		int64_t nxt = t0 < t1 && lane < K ? load_idx(idx, idx_bytes, (uint64_t)t0 * K + lane) : -1;
+		for (uint32_t t = t0; t < t1; t++) {
+			int64_t cur = nxt;
+			nxt = t + 1 < t1 && lane < K ? load_idx(idx, idx_bytes, (uint64_t)(t + 1) * K + lane) : -1;
+			route_slot(d, sm, w, lane, t, cur);
+		}
 	}
 	__syncthreads();
 	/* Pass 2: warp histograms become exclusive prefixes (warps hold
@@ -254,18 +267,15 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
 			if (t0 + i < t1 && lane < K)
 				route_finish(d, sm, w, (uint64_t)(t0 + i) * K + lane, v[i]);
-	} else {
+	} else if (lane < K) { /* the next slot's numbers loaded before this one's are stored */
+		struct slot_v nxt;
+		if (t0 < t1)
+			nxt = route_load(d, idx, idx_bytes, (uint64_t)t0 * K + lane);
 		for (uint32_t t = t0; t < t1; t++) {
-			if (lane >= K)
-				continue;
-			uint64_t s = (uint64_t)t * K + lane;
-			struct slot_v x;
-			x.r = trec[s];
-			x.e = x.r < 0 ? 0u : (uint32_t)load_idx(idx, idx_bytes, s);
-			x.j = tj[s];
-			x.pb = tpb[s];
-			x.q = tq[s];
-			route_finish(d, sm, w, s, x);
+			struct slot_v cur = nxt;
+			if (t + 1 < t1)
+				nxt = route_load(d, idx, idx_bytes, (uint64_t)(t + 1) * K + lane);
+			route_finish(d, sm, w, (uint64_t)t * K + lane, cur);
 		}
 	}
 	/* The route vector: ours, the proxy's (pinned host), same-host ranks'. */
