@@ -723,7 +723,10 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 	uint32_t qr = fine ? misc[MISC_Q_REMOTE] : 0, qt = fine ? misc[MISC_Q_TOTAL] : 0;
 	for (uint32_t q = blockIdx.x; q < qr; q += gridDim.x)
 		copy16(d.comb_send + (uint64_t)q * d.CB, eo + (uint64_t)qrow[q] * rowb, rowb);
-	if (last_block(d, CNT_CSEND_REMOTE) && threadIdx.x == 0)
+	/* the proxy scatters the remote rows once they are packed; without
+	 * remote ranks it only follows the round, and the last block says it
+	 * below (one fence and counter a block fewer) */
+	if (d.n_remote && last_block(d, CNT_CSEND_REMOTE) && threadIdx.x == 0)
 		st_release_sys(&d.ctl->k_comb_packed, round);
 	for (uint32_t q = qr + blockIdx.x; q < qt; q += gridDim.x) {
 		uint32_t k = find_src(qstart, W, q), s = qsrc[k];
@@ -734,6 +737,8 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 		for (uint32_t r = 0; r < W; r++)
 			if (r != me && same_host(d, r))
 				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
+		if (!d.n_remote)
+			st_release_sys(&d.ctl->k_comb_packed, round);
 		trace_at(d, round, KT_CSEND, 1);
 	}
 }
