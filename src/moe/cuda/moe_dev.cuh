@@ -49,6 +49,7 @@ struct moe_dev {
 	uint32_t n_remote;
 	uint32_t comb_send_rows; /* rows the combine send buffer holds */
 	uint32_t trace; /* 1: the kernels stamp o_trace (XFER_MOE_TRACE=1) */
+	uint32_t sys;   /* 1: same-host flags need system scope (see fence_peers) */
 	uint64_t timeout_ns;
 	uint8_t *arena;
 	uint8_t *send, *recv, *comb_send, *comb_recv;
@@ -77,6 +78,30 @@ __device__ __forceinline__ void st_release_sys(volatile uint32_t *p, uint32_t v)
 	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const volatile uint32_t *p)
+{
+	uint32_t v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ __forceinline__ uint32_t ld_relaxed_sys(const volatile uint32_t *p)
+{
+	uint32_t v;
+	asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ __forceinline__ void st_release_gpu(volatile uint32_t *p, uint32_t v)
+{
+	asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_relaxed_sys(volatile uint32_t *p, uint32_t v)
+{
+	asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ uint64_t global_ns()
 {
 	uint64_t t;
@@ -92,6 +117,41 @@ __device__ __forceinline__ bool same_host(const moe_dev &d, uint32_t r)
 __device__ __forceinline__ uint8_t *peer_arena(const moe_dev &d, uint32_t r)
 {
 	return (uint8_t *)ARENA(d, const uint64_t, o_peer_arena)[r];
+}
+
+/*
+ * Memory ordering scopes. Flags for same-host ranks need system scope only
+ * when one of them runs on another GPU (or a stream waits on them: the
+ * stream's front end is no SM thread); ranks sharing this GPU (processes
+ * under MPS, or time-sliced) are all within .gpu scope. d.sys says which
+ * (set at connect; XFER_MOE_SYS_FENCES=1 forces system scope). The proxy's
+ * control words need a system-scope release only when it then reads what
+ * the kernels wrote (remote ranks: route vectors, records, rows); without
+ * remote ranks it only follows the rounds, and a relaxed store does.
+ * A fence.sc.sys per block was a measurable part of every grid kernel.
+ */
+__device__ __forceinline__ void fence_peers(const moe_dev &d)
+{
+	if (d.sys || d.n_remote)
+		__threadfence_system();
+	else
+		__threadfence();
+}
+
+__device__ __forceinline__ void st_release_peer(const moe_dev &d, volatile uint32_t *p, uint32_t v)
+{
+	if (d.sys)
+		st_release_sys(p, v);
+	else
+		st_release_gpu(p, v);
+}
+
+__device__ __forceinline__ void st_ctl(const moe_dev &d, volatile uint32_t *p, uint32_t v)
+{
+	if (d.n_remote)
+		st_release_sys(p, v);
+	else
+		st_relaxed_sys(p, v);
 }
 
 /* First kernel-side error of the module (the proxy reports it). */
@@ -171,12 +231,12 @@ __device__ __forceinline__ bool last_block(const moe_dev &d, uint32_t which)
 	__shared__ bool last;
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		__threadfence_system();
+		fence_peers(d);
 		uint32_t *cnt = ARENA(d, uint32_t, o_cnt) + which;
 		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
 		if (last) {
 			*cnt = 0;
-			__threadfence_system();
+			fence_peers(d);
 		}
 	}
 	__syncthreads();

@@ -167,7 +167,7 @@ struct xfer_moe_cuda {
 	cudaStream_t rel;
 	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
 	int kernels_loaded;     /* preload_kernels' answer */
-	bool fuse;              /* XFER_MOE_FUSE=1: send and receive waits inside route / plan */
+	bool fuse;              /* send and receive waits inside route / plan (XFER_MOE_FUSE=0: not) */
 	uint8_t uuid[16];
 	bool connected;
 };
@@ -374,7 +374,7 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	const char *tr = getenv("XFER_MOE_TRACE");
 	d.trace = tr && *tr && strcmp(tr, "0") != 0;
 	const char *fu = getenv("XFER_MOE_FUSE");
-	g->fuse = fu && *fu && strcmp(fu, "0") != 0;
+	g->fuse = !(fu && strcmp(fu, "0") == 0);
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -513,6 +513,11 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_connect(xfer_moe_cuda_t *g, const
 		return fail(-EINVAL, "xfer_moe_cuda_connect: bad arguments");
 	CU(cudaSetDevice(g->device), "cudaSetDevice");
 	uint32_t W = g->d.W;
+	/* System-scope flags only when needed (moe_dev.cuh, fence_peers): a
+	 * same-host rank on another GPU, or stream waits (the stream's front
+	 * end reads the flags, not an SM thread of this GPU). */
+	const char *sf = getenv("XFER_MOE_SYS_FENCES");
+	g->d.sys = (sf && *sf && strcmp(sf, "0") != 0) || g->wait == XFER_MOE_WAIT_STREAM;
 	for (uint32_t s = 0; s < W; s++) {
 		if (s == g->d.me || !g->same[s])
 			continue;
@@ -525,6 +530,8 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_connect(xfer_moe_cuda_t *g, const
 		if (b.arena_bytes != g->arena_bytes || b.send_bytes != g->z.send_bytes ||
 		    b.comb_bytes != g->z.comb_recv_bytes)
 			return fail(-EPROTO, "rank %u has another MoE configuration (buffer sizes differ)", s);
+		if (memcmp(b.uuid, g->uuid, 16) != 0)
+			g->d.sys = 1;
 		void **o = g->opened + 3 * (size_t)s;
 		for (int i = 0; i < 3; i++) {
 			cudaError_t e = cudaIpcOpenMemHandle(&o[i], b.h[i], cudaIpcMemLazyEnablePeerAccess);
@@ -578,11 +585,14 @@ static int wait_point(xfer_moe_cuda_t *g, int wp, cudaStream_t st)
 	return 0;
 }
 
-/* Whether wait point wp runs inside its neighbour kernel (XFER_MOE_FUSE=1,
- * kernel waits only: a stream wait holds no SM and needs no kernel). */
+/* Whether wait point wp runs inside its neighbour kernel (the default;
+ * XFER_MOE_FUSE=0: a kernel of its own): kernel waits only (a stream wait
+ * holds no SM and needs no kernel), and only without remote ranks, whose
+ * waits on the proxy can last milliseconds, during which the route kernel's
+ * block would hold a whole SM's registers. */
 static bool fuse(const xfer_moe_cuda_t *g, int wp)
 {
-	return g->fuse && g->wait == XFER_MOE_WAIT_KERNEL && g->d.wait_n[wp] > 0;
+	return g->fuse && g->wait == XFER_MOE_WAIT_KERNEL && g->d.wait_n[wp] > 0 && !g->d.n_remote;
 }
 
 static int ready(xfer_moe_cuda_t *g, const char *op)

@@ -45,7 +45,10 @@ __device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
 		 * deliver, with the same deadline: a grace, so that their error,
 		 * which says more, is the one reported. */
 		uint64_t limit = d.timeout_ns + (ranks[f] == UINT32_MAX ? 1000000000ull : 0ull);
-		for (uint32_t spin = 0; ld_acquire_sys(p) != 1u; spin++) {
+		/* spin on relaxed loads, then one acquire of the scope the flag's
+		 * writer released at (the proxy's: system; peers': d.sys) */
+		const bool host = ranks[f] == UINT32_MAX;
+		for (uint32_t spin = 0; ld_relaxed_sys(p) != 1u; spin++) {
 			/* the proxy's word is in host memory: looked at now and then */
 			if ((spin & 63u) == 63u && proxy_failed_host(d)) {
 				*ARENA(d, volatile uint32_t, o_failed) = 1u;
@@ -59,6 +62,10 @@ __device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
 			}
 			__nanosleep(64);
 		}
+		if (host || d.sys)
+			(void)ld_acquire_sys(p);
+		else
+			(void)ld_acquire_gpu(p);
 		*p = 0u;
 	}
 	__syncwarp();
@@ -94,6 +101,25 @@ struct slot_v {
 };
 enum { ROUTE_CACHE = 4 }; /* tokens per warp kept in registers between passes (decode: 128 tokens, 32 warps) */
 
+/* The lanes whose keys equal this lane's, for two keys at once: what
+ * __match_any_sync gives, from K shuffles each. Only lanes < K can match
+ * another (the others carry keys of their own); match.any cost the route
+ * kernel 21 us for 128 tokens and 426 us for 4,096 (32 warps of one block
+ * issue it, and its cost grows with the number of distinct keys: here
+ * 25-32). */
+__device__ __forceinline__ void match_slots(uint32_t ka, uint32_t kb, uint32_t K, uint32_t lane, uint32_t *ma,
+					    uint32_t *mb)
+{
+	uint32_t a = 1u << lane, b = 1u << lane;
+	for (uint32_t j = 0; j < K; j++) {
+		uint32_t ja = __shfl_sync(0xffffffffu, ka, j), jb = __shfl_sync(0xffffffffu, kb, j);
+		a |= (uint32_t)(ja == ka) << j;
+		b |= (uint32_t)(jb == kb) << j;
+	}
+	*ma = a;
+	*mb = b;
+}
+
 /* Pass 1 for token t (warp-collective; lane k is slot k): the warp's
  * histograms in shared memory, and the slot's pass-1 numbers in the arena
  * (pack reads the lead flags; the uncached pass 3 the rest). */
@@ -105,9 +131,10 @@ __device__ __forceinline__ slot_v route_slot(const moe_dev &d, uint32_t *sm, uin
 	const uint32_t lt = (1u << lane) - 1u;
 	bool valid = e64 >= 0 && e64 < (int64_t)E;
 	uint32_t e = valid ? (uint32_t)e64 : 0u, dd = valid ? e / L : 0u;
-	uint32_t peers_e = __match_any_sync(0xffffffffu, valid ? e : (0x80000000u | lane));
+	uint32_t peers_e, peers_d;
+	match_slots(valid ? e : (0x80000000u | lane), valid ? dd : (0x80000000u | lane), K, lane, &peers_e,
+		    &peers_d);
 	uint32_t lead_e = __ffs(peers_e) - 1;
-	uint32_t peers_d = __match_any_sync(0xffffffffu, valid ? dd : (0x80000000u | lane));
 	uint32_t lead_d = __ffs(peers_d) - 1;
 	uint32_t be = valid && lane == lead_e ? he[w * E + e] : 0u;
 	uint32_t br = valid && lane == lead_d ? hr[w * W + dd] : 0u;
@@ -297,8 +324,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 	}
 	__syncthreads();
 	if (tid == 0) {
-		__threadfence_system();
-		st_release_sys(&d.ctl->k_route, round);
+		fence_peers(d);
+		st_ctl(d, &d.ctl->k_route, round);
 		trace_at(d, round, KT_ROUTE, 1);
 	}
 	if (wait_after < WP_N && tid < 32)
@@ -417,7 +444,7 @@ __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, c
 	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < d.W; r++)
 			if (r != d.me && same_host(d, r))
-				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
+				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
 		trace_at(d, round, KT_PACK, 1);
 	}
 }
@@ -701,8 +728,8 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 	if (last_block(d, CNT_SHUFFLE) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < W; r++)
 			if (r != me && same_host(d, r))
-				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_cons) + me, 1u);
-		st_release_sys(&d.ctl->k_recv_done, round);
+				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_cons) + me, 1u);
+		st_ctl(d, &d.ctl->k_recv_done, round);
 		trace_at(d, round, KT_SHUFFLE, 1);
 	}
 }
@@ -736,9 +763,9 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 	if (last_block(d, CNT_CSEND_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < W; r++)
 			if (r != me && same_host(d, r))
-				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
+				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
 		if (!d.n_remote)
-			st_release_sys(&d.ctl->k_comb_packed, round);
+			st_ctl(d, &d.ctl->k_comb_packed, round);
 		trace_at(d, round, KT_CSEND, 1);
 	}
 }
@@ -789,7 +816,7 @@ __global__ void __launch_bounds__(1024) moe_comb_recv_kernel(moe_dev d, uint32_t
 		*((uint4 *)(out + (uint64_t)t * H) + c) = *(const uint4 *)o;
 	}
 	if (last_block(d, CNT_CRECV) && threadIdx.x == 0) {
-		st_release_sys(&d.ctl->k_comb_done, round);
+		st_ctl(d, &d.ctl->k_comb_done, round);
 		trace_at(d, round, KT_CRECV, 1);
 	}
 }
