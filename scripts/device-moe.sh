@@ -131,28 +131,26 @@ step env 30 bash -c "nvidia-smi; nvidia-smi -q | grep -i -E 'compute mode|mig mo
 
 if [ "$ORDER" = diag ]; then
 	# Where the time goes first (decode, prefill, with per-kernel stamps), then is it right
-	# (same-host checks, the engine path), then the variants.
+	# (same-host checks, the engine path, a graph, 4 ranks), then A/B variants of this build.
 	step bench-decode-ipc 30 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--json "$out/bench-decode-ipc.json"
+	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
 	step bench-prefill-ipc 40 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 \
 		$pf --trace --json "$out/bench-prefill-ipc.json"
-	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
 	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
-	# the send and receive waits inside the route and plan kernels (two launches fewer a round)
-	step bench-decode-ipc-fuse 20 env XFER_MOE_FUSE=1 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
+	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	# A/B: system-scope fences everywhere (as before), the waits in kernels of their own
+	step bench-decode-ipc-sysfence 20 env XFER_MOE_SYS_FENCES=1 $py $b --device "$dev" --shape decode --world 2 \
+		--mode ipc --iters $iters --trace
+	step bench-decode-ipc-nofuse 20 env XFER_MOE_FUSE=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
 		--iters $iters --trace
-	step gpu-2-ipc-fuse 25 env XFER_MOE_FUSE=1 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
-	step bench-decode-ipc-sm50 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
-		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
 	step bench-decode-engine 30 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters 300 --per-graph 20 \
 		--trace --json "$out/bench-decode-engine.json"
-	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
-	step bench-decode-ipc-eager 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters 300 --eager --trace
-	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	step bench-decode-ipc-sm50 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
+		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
 	step bench-decode-ipc-stream 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters 300 --trace \
 		--gpu-wait stream
-	step bench-decode-ipc-grid132 20 env XFER_MOE_GRID=132 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
-		--iters 300 --trace
 elif [ "$ORDER" = figures ]; then
 	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
 	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).
