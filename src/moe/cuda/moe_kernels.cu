@@ -473,6 +473,12 @@ __device__ void plan_zero(const moe_dev &d, int32_t *counts, int32_t *offsets)
 	}
 }
 
+/*
+ * The receiver's plan (moe_plan.c's numbers). Every route-vector word it
+ * needs is loaded once, all at the same time, into shared memory (the
+ * counts of our experts from every source are E words, E <= 1,024); the
+ * rest works there: a dependent chain of global loads per step was 8.5 us.
+ */
 __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, uint32_t wait_before)
 {
 	const uint32_t W = d.W, E = d.E, L = d.L, me = d.me, P = d.P, tid = threadIdx.x, bd = blockDim.x;
@@ -484,6 +490,12 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 	uint32_t *qstart = ARENA(d, uint32_t, o_qstart), *qsrc = ARENA(d, uint32_t, o_qsrc);
 	uint32_t *pcounts = ARENA(d, uint32_t, o_counts), *poff = ARENA(d, uint32_t, o_offsets);
 	uint32_t *pbase = ARENA(d, uint32_t, o_base), *misc = ARENA(d, uint32_t, o_misc);
+	__shared__ uint32_t s_cnt[XFER_MOE_EXPERTS_MAX];   /* [s][e]: source s's pairs for our expert e */
+	__shared__ uint32_t s_ecnt[XFER_MOE_EXPERTS_MAX];  /* [e]: our expert e's pairs */
+	__shared__ uint32_t s_eoff[XFER_MOE_EXPERTS_MAX + 1];
+	__shared__ uint32_t s_pc[XFER_MOE_RANKS_MAX], s_ppr[XFER_MOE_RANKS_MAX];
+	__shared__ uint64_t s_scan[PLAN_THREADS];
+	__shared__ uint32_t s_bad_e;
 	__shared__ int bad;
 	if (wait_before < WP_N) {
 		if (tid < 32)
@@ -493,20 +505,10 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 	if (tid == 0) {
 		trace_at(d, round, KT_PLAN, 0);
 		bad = proxy_failed(d) ? 1 : 0;
+		s_bad_e = UINT32_MAX;
 	}
-	__syncthreads();
-	for (uint32_t s = tid; s < W && !bad; s += bd) {
-		const uint32_t *row = row_of(d, round, s);
-		if (__ldcv(row + moe_rv_stamp(E, W)) != round) {
-			kernel_error(d, XFER_MOE_KERR_STALE, s);
-			bad = 1;
-		}
-	}
-	__syncthreads();
-	if (bad) {
-		plan_zero(d, counts, offsets);
-		return;
-	}
+	/* every load at once: per source its stamp, records and pairs for us
+	 * and before us, tokens; per (source, expert of ours) the count */
 	for (uint32_t s = tid; s < W; s += bd) {
 		const uint32_t *row = row_of(d, round, s);
 		uint32_t so = 0, cb = 0;
@@ -514,32 +516,47 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 			so += __ldcv(row + moe_rv_rec(E, r));
 			cb += __ldcv(row + moe_rv_pairs(E, W, r));
 		}
-		pc[s] = __ldcv(row + moe_rv_rec(E, me));
-		ppr[s] = __ldcv(row + moe_rv_pairs(E, W, me));
-		pntok[s] = __ldcv(row + moe_rv_ntok(E, W));
+		uint32_t stamp = __ldcv(row + moe_rv_stamp(E, W));
+		uint32_t c = __ldcv(row + moe_rv_rec(E, me)), pp = __ldcv(row + moe_rv_pairs(E, W, me));
+		uint32_t nt = __ldcv(row + moe_rv_ntok(E, W));
+		if (stamp != round) {
+			kernel_error(d, XFER_MOE_KERR_STALE, s);
+			bad = 1;
+		}
+		s_pc[s] = c;
+		s_ppr[s] = pp;
+		pc[s] = c;
+		ppr[s] = pp;
+		pntok[s] = nt;
 		pcb[s] = cb;
 		pfirst[s] = same_host(d, s) ? (uint64_t)so : (uint64_t)s * P;
 	}
+	for (uint32_t i = tid; i < W * L; i += bd) {
+		uint32_t s = i / L, e = i - s * L;
+		s_cnt[i] = __ldcv(row_of(d, round, s) + me * L + e);
+	}
+	__syncthreads();
+	if (bad) {
+		plan_zero(d, counts, offsets);
+		return;
+	}
 	for (uint32_t e = tid; e < L; e += bd) {
 		uint32_t n = 0;
-		for (uint32_t s = 0; s < W; s++)
-			n += __ldcv(row_of(d, round, s) + me * L + e);
+		for (uint32_t s2 = 0; s2 < W; s2++)
+			n += s_cnt[s2 * L + e];
+		s_ecnt[e] = n;
 		pcounts[e] = n;
 	}
 	__syncthreads();
 	/* Experts' offsets: a block-wide prefix sum, each thread a run of
-	 * consecutive experts. (One thread walking all L experts through global
-	 * memory was a chain of L dependent loads and stores: tens of us.) */
-	__shared__ uint64_t s_scan[PLAN_THREADS];
-	__shared__ uint32_t s_bad_e;
+	 * consecutive experts; the first expert over capacity is the one named
+	 * (as one walk in expert order finds it). */
 	const uint32_t per = (L + bd - 1) / bd, e0 = min(L, tid * per), e1 = min(L, e0 + per);
 	const bool padded = d.layout == XFER_MOE_PADDED;
 	uint64_t mine = 0;
 	for (uint32_t e = e0; e < e1; e++)
-		mine += padded ? 0 : (pcounts[e] + d.align - 1) / d.align * d.align;
+		mine += padded ? 0 : (s_ecnt[e] + d.align - 1) / d.align * d.align;
 	s_scan[tid] = mine;
-	if (tid == 0)
-		s_bad_e = UINT32_MAX;
 	__syncthreads();
 	for (uint32_t o = 1; o < bd; o <<= 1) { /* inclusive scan (Hillis-Steele) */
 		uint64_t v = tid >= o ? s_scan[tid - o] : 0;
@@ -549,17 +566,18 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 	}
 	uint64_t off = s_scan[tid] - mine;
 	for (uint32_t e = e0; e < e1; e++) {
-		uint32_t cnt = pcounts[e];
+		uint32_t cnt = s_ecnt[e];
 		if (padded) {
-			poff[e] = e * d.cap;
+			s_eoff[e] = e * d.cap;
 			if (cnt > d.cap)
 				atomicMin(&s_bad_e, e);
 		} else {
-			poff[e] = (uint32_t)off;
+			s_eoff[e] = (uint32_t)off;
 			off += (cnt + d.align - 1) / d.align * d.align;
 			if (off > d.cap)
-				atomicMin(&s_bad_e, e); /* the first expert past the end, as one walk finds it */
+				atomicMin(&s_bad_e, e);
 		}
+		poff[e] = s_eoff[e];
 	}
 	__syncthreads();
 	if (tid == 0) {
@@ -570,7 +588,7 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 			for (uint32_t s = 0; s < W; s++) {
 				if (same_host(d, s) == (pass == 0))
 					continue;
-				uint32_t c = pc[s];
+				uint32_t c = s_pc[s];
 				if (pass == 0) {
 					povf[s] = (uint64_t)W * P + ovf;
 					ovf += c > P ? c - P : 0;
@@ -582,7 +600,7 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 				qsrc[k] = s;
 				qstart[k] = (uint32_t)q;
 				rec += c;
-				q += ppr[s];
+				q += s_ppr[s];
 				k++;
 				if (pass == 0)
 					q_remote = (uint32_t)q;
@@ -594,7 +612,8 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 			kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + s_bad_e);
 			bad = 1;
 		}
-		poff[L] = padded ? L * d.cap : (uint32_t)s_scan[bd - 1];
+		s_eoff[L] = padded ? L * d.cap : (uint32_t)s_scan[bd - 1];
+		poff[L] = s_eoff[L];
 		/* the overflow area; the combine send buffer (only tokens whose top-k
 		 * repeat an expert can exceed it) */
 		if (ovf > d.O || (d.n_remote ? q_remote : 0) > d.comb_send_rows) {
@@ -611,17 +630,17 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 		return;
 	}
 	for (uint32_t e = tid; e < L; e += bd) {
-		uint32_t b = poff[e];
+		uint32_t b = s_eoff[e];
 		for (uint32_t s = 0; s < W; s++) {
 			pbase[(uint64_t)s * L + e] = b;
-			b += __ldcv(row_of(d, round, s) + me * L + e);
+			b += s_cnt[s * L + e];
 		}
-		counts[e] = (int32_t)pcounts[e];
+		counts[e] = (int32_t)s_ecnt[e];
 		if (offsets)
-			offsets[e] = (int32_t)poff[e];
+			offsets[e] = (int32_t)s_eoff[e];
 	}
 	if (tid == 0 && offsets)
-		offsets[L] = (int32_t)poff[L];
+		offsets[L] = (int32_t)s_eoff[L];
 	__syncthreads();
 	if (tid == 0)
 		trace_at(d, round, KT_PLAN, 1);
