@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, c
 		int32_t r = ARENA(d, const int32_t, o_rec)[s];
 		s_rec[threadIdx.x] = r;
 		s_lead[threadIdx.x] = ARENA(d, const uint8_t, o_lead)[s];
-		s_e[threadIdx.x] = r >= 0 ? (uint32_t)load_idx(idx, idx_bytes, s) : 0u;
+		s_e[threadIdx.x] = (uint32_t)load_idx(idx, idx_bytes, s); /* used only where r >= 0 */
 		s_j[threadIdx.x] = ARENA(d, const uint32_t, o_j)[s];
 		s_pb[threadIdx.x] = ARENA(d, const uint32_t, o_pb)[s];
 	}
@@ -690,39 +690,35 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 		else
 			rec = d.recv + (povf[s] + q - P) * d.RB;
 		/* a record from another rank is untrusted: every index in it must
-		 * fall within what its route vector announced. Thread 0 checks the
-		 * header, thread p pair p (each a short chain of loads, in parallel). */
+		 * fall within what its route vector announced. Its header words are
+		 * loaded at once (a thread each); thread 0 checks the header, thread
+		 * p pair p. */
 		const uint32_t *m = (const uint32_t *)(rec + d.PB + d.SB);
-		if (threadIdx.x == 0) {
-			for (uint32_t i = 0; i < 4; i++)
-				meta[i] = __ldcg(m + i);
-			ok = meta[3] == round && meta[0] < pntok[s] && meta[1] >= 1 && meta[1] <= K &&
-			     meta[2] <= ppr[s] && meta[1] <= ppr[s] - meta[2];
-		}
+		if (threadIdx.x < 4 + 2 * K)
+			meta[threadIdx.x] = __ldcg(m + threadIdx.x);
 		__syncthreads();
-		bool good = true;
-		if (ok && threadIdx.x < meta[1]) {
-			const uint32_t p = threadIdx.x, ke = __ldcg(m + 4 + 2 * p), j = __ldcg(m + 5 + 2 * p);
-			const uint32_t e = ke >> 16;
-			meta[4 + 2 * p] = ke;
-			meta[5 + 2 * p] = j;
-			good = (ke & 0xffffu) < K && e < L;
-			if (good) {
+		const uint32_t np = meta[1];
+		bool head = true, pair = true;
+		if (threadIdx.x == 0)
+			head = meta[3] == round && meta[0] < pntok[s] && np >= 1 && np <= K && meta[2] <= ppr[s] &&
+			       np <= ppr[s] - meta[2];
+		if (np <= K && threadIdx.x < np) {
+			const uint32_t p = threadIdx.x, ke = meta[4 + 2 * p], j = meta[5 + 2 * p], e = ke >> 16;
+			pair = (ke & 0xffffu) < K && e < L;
+			if (pair) {
 				uint32_t end = s + 1 < W ? pbase[(uint64_t)(s + 1) * L + e] : poff[e] + pcounts[e];
-				good = j < end - pbase[(uint64_t)s * L + e];
+				pair = j < end - pbase[(uint64_t)s * L + e];
 				s_row[p] = (uint64_t)pbase[(uint64_t)s * L + e] + j;
 			}
 		}
-		int all_good = __syncthreads_and(good);
+		int all_good = __syncthreads_and(head && pair);
 		if (threadIdx.x == 0) {
-			if (!all_good)
-				ok = 0;
+			ok = all_good;
 			if (!ok)
 				kernel_error(d, XFER_MOE_KERR_STALE, s);
 		}
 		__syncthreads();
 		if (ok) { /* the record read once, written to each of its pairs' rows */
-			const uint32_t np = meta[1];
 			for (uint32_t o = threadIdx.x * 16u; o < d.PB; o += blockDim.x * 16u) {
 				uint4 v = __ldcg((const uint4 *)(rec + o));
 				for (uint32_t p = 0; p < np; p++)
