@@ -140,7 +140,11 @@ if [ "$ORDER" = diag ]; then
 	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
 	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
 	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
-	# A/B: system-scope fences everywhere (as before), the waits in kernels of their own
+	# A/B: programmatic dependent launch (off by default), system-scope fences everywhere (as
+	# before), the waits in kernels of their own
+	step bench-decode-ipc-pdl 20 env XFER_MOE_PDL=1 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters $iters --trace
+	step gpu-2-ipc-pdl 25 env XFER_MOE_PDL=1 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
 	step bench-decode-ipc-sysfence 20 env XFER_MOE_SYS_FENCES=1 $py $b --device "$dev" --shape decode --world 2 \
 		--mode ipc --iters $iters --trace
 	step bench-decode-ipc-nofuse 20 env XFER_MOE_FUSE=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
@@ -149,8 +153,6 @@ if [ "$ORDER" = diag ]; then
 		--trace --json "$out/bench-decode-engine.json"
 	step bench-decode-ipc-sm50 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
-	step bench-decode-ipc-stream 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters 300 --trace \
-		--gpu-wait stream
 elif [ "$ORDER" = figures ]; then
 	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
 	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).

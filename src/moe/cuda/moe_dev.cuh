@@ -190,6 +190,25 @@ __device__ __forceinline__ void trace_at(const moe_dev &d, uint32_t round, uint3
 			global_ns();
 }
 
+/*
+ * Programmatic dependent launch (XFER_MOE_PDL=1, kernel waits): pack,
+ * shuffle and the combine receive are launched while the kernel before them
+ * still runs, and wait here for it (its results visible); the kernel before
+ * lets them launch only once it has passed its own wait on another rank, so
+ * that no early grid holds SMs that the rank being waited for needs (on one
+ * shared GPU that could deadlock until the deadline). Both are no-ops for a
+ * kernel launched without the attribute.
+ */
+__device__ __forceinline__ void pdl_wait()
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void pdl_let_next_launch()
+{
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 /* A kernel's start: its block 0 (the scheduler starts blocks in order). */
 __device__ __forceinline__ void trace_start(const moe_dev &d, uint32_t round, uint32_t k)
 {

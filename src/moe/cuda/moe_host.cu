@@ -168,6 +168,7 @@ struct xfer_moe_cuda {
 	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
 	int kernels_loaded;     /* preload_kernels' answer */
 	bool fuse;              /* send and receive waits inside route / plan (XFER_MOE_FUSE=0: not) */
+	bool pdl;               /* XFER_MOE_PDL=1: programmatic dependent launch (kernel waits) */
 	uint8_t uuid[16];
 	bool connected;
 };
@@ -375,6 +376,8 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.trace = tr && *tr && strcmp(tr, "0") != 0;
 	const char *fu = getenv("XFER_MOE_FUSE");
 	g->fuse = !(fu && strcmp(fu, "0") == 0);
+	const char *pd = getenv("XFER_MOE_PDL");
+	g->pdl = pd && *pd && strcmp(pd, "0") != 0 && wait == XFER_MOE_WAIT_KERNEL;
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -595,6 +598,27 @@ static bool fuse(const xfer_moe_cuda_t *g, int wp)
 	return g->fuse && g->wait == XFER_MOE_WAIT_KERNEL && g->d.wait_n[wp] > 0 && !g->d.n_remote;
 }
 
+/* Launches kernel k after the kernel before it on st: with programmatic
+ * dependent launch where this object uses it (moe_dev.cuh, pdl_wait). */
+template <typename... P, typename... A>
+static cudaError_t launch(const xfer_moe_cuda_t *g, bool pdl, void (*k)(P...), uint32_t grid, uint32_t block,
+			  uint32_t smem, cudaStream_t st, A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	cfg.gridDim = dim3(grid);
+	cfg.blockDim = dim3(block);
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = st;
+	if (pdl && g->pdl) {
+		attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		attr[0].val.programmaticStreamSerializationAllowed = 1;
+		cfg.attrs = attr;
+		cfg.numAttrs = 1;
+	}
+	return cudaLaunchKernelEx(&cfg, k, ((P)args)...);
+}
+
 static int ready(xfer_moe_cuda_t *g, const char *op)
 {
 	if (!g)
@@ -630,9 +654,9 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_send(xfer_moe_cuda_t *g,
 	CU(cudaGetLastError(), "launching the route kernel");
 	if (fused == WP_N && (rc = wait_point(g, WP_SEND, st)))
 		return rc;
-	moe_pack_kernel<<<n ? n : 1, g->tok_threads, g->pack_smem, st>>>(d, n, (const uint8_t *)x, x_scales, quantize,
-								topk_idx, idx_bytes);
-	CU(cudaGetLastError(), "launching the pack kernel");
+	CU(launch(g, true, moe_pack_kernel, n ? n : 1, g->tok_threads, g->pack_smem, st, d, n, (const uint8_t *)x,
+		  x_scales, quantize, topk_idx, idx_bytes),
+	   "launching the pack kernel");
 	return 0;
 }
 
@@ -652,8 +676,9 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_recv(xfer_moe_cuda_t *g,
 		return rc;
 	moe_plan_kernel<<<1, PLAN_THREADS, 0, st>>>(g->d, counts, offsets, fused);
 	CU(cudaGetLastError(), "launching the plan kernel");
-	moe_shuffle_kernel<<<g->grid_shuffle, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
-	CU(cudaGetLastError(), "launching the shuffle kernel");
+	CU(launch(g, true, moe_shuffle_kernel, g->grid_shuffle, 256, 0, st, g->d, (uint8_t *)out_x, out_scales,
+		  src_rank, src_token),
+	   "launching the shuffle kernel");
 	return 0;
 }
 
@@ -684,8 +709,10 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, 
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
 	if ((rc = wait_point(g, WP_CRECV, st)))
 		return rc;
-	moe_comb_recv_kernel<<<n ? n : 1, g->tok_threads, 0, st>>>(g->d, n, weights, (uint16_t *)out);
-	CU(cudaGetLastError(), "launching the combine receive kernel");
+	/* after a wait kernel only (else the kernel before is the caller's) */
+	CU(launch(g, g->d.wait_n[WP_CRECV] > 0, moe_comb_recv_kernel, n ? n : 1, g->tok_threads, 0, st, g->d, n,
+		  weights, (uint16_t *)out),
+	   "launching the combine receive kernel");
 	return 0;
 }
 

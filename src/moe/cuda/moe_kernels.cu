@@ -73,6 +73,7 @@ __device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
 		__threadfence(); /* what the flags announced, before the block goes on */
 		trace_at(d, round, kt, 1);
 	}
+	pdl_let_next_launch(); /* the wait is over: the next kernel may launch */
 }
 
 __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
@@ -329,7 +330,9 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 		trace_at(d, round, KT_ROUTE, 1);
 	}
 	if (wait_after < WP_N && tid < 32)
-		wait_flags(d, wait_after, round);
+		wait_flags(d, wait_after, round); /* lets the pack kernel launch once it is over */
+	else if (wait_after >= WP_N)
+		pdl_let_next_launch(); /* the next kernel is the wait kernel: a normal launch */
 }
 
 /* ------------------------------------------------------------------ pack */
@@ -394,6 +397,7 @@ __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, c
 	__shared__ uint32_t s_e[XFER_MOE_TOPK_MAX], s_j[XFER_MOE_TOPK_MAX], s_pb[XFER_MOE_TOPK_MAX];
 	__shared__ uint8_t s_lead[XFER_MOE_TOPK_MAX];
 	const uint32_t t = blockIdx.x, K = d.K, L = d.L;
+	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	trace_start(d, round, KT_PACK);
 	if (t < n && threadIdx.x < K) {
@@ -502,6 +506,7 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, ui
 			wait_flags(d, wait_before, round);
 		__syncthreads();
 	}
+	pdl_let_next_launch(); /* past any wait on another rank: the shuffle may launch */
 	if (tid == 0) {
 		trace_at(d, round, KT_PLAN, 0);
 		bad = proxy_failed(d) ? 1 : 0;
@@ -666,6 +671,7 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 				   int32_t *src_token)
 {
 	const uint32_t W = d.W, L = d.L, P = d.P, K = d.K, me = d.me;
+	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	const uint32_t *misc = ARENA(d, const uint32_t, o_misc);
 	const uint32_t *recpref = ARENA(d, const uint32_t, o_recpref), *recsrc = ARENA(d, const uint32_t, o_recsrc);
@@ -788,6 +794,7 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 __global__ void __launch_bounds__(1024) moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
 {
 	const uint32_t t = blockIdx.x, K = d.K, H = d.H;
+	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	const int32_t *tcomb = ARENA(d, const int32_t, o_tcomb);
 	/* the token's rows and weights, loaded once by K threads */
