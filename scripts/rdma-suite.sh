@@ -33,7 +33,8 @@ faults:forged_key faults:stale_descriptor faults:revoke_late_writes faults:dereg
 faults:cancel_mid_paged faults:stop_in_flight faults:kill_target_mid_paged
 faults:submit_to_dead_peer faults:peer_restart faults:scatter_dead_member
 faults:concurrent_submit_and_peers test_overflow faults:forged_bounce_key faults:made_up_key
-faults:revoked_plain_writes faults:kill_target_mid_scatter faults:dead_peer_holds_credits"
+faults:revoked_plain_writes faults:kill_target_mid_scatter faults:dead_peer_holds_credits
+faults:forged_sender_id"
 TESTS=${RDMA_TESTS:-$DEFAULT_TESTS}
 # Two NICs per engine add sharding, chunking across NICs, paged spreading and
 # per-NIC connections; the rest of the suite says nothing new there. To keep
