@@ -41,8 +41,12 @@ TESTS=${RDMA_TESTS:-$DEFAULT_TESTS}
 # make test-rdma within ~20 minutes on a 2-vCPU CI machine (TCG emulation),
 # the two-NIC layout runs this subset; RDMA_FULL=1 (or RDMA_TESTS) runs
 # everything in both layouts.
+# The fault cases the issue names for both paths (peer SIGKILL mid paged
+# write, revoke then late write, forged key, dead member in scatter) and the
+# sender check run there too: each NIC has its own connections to reset and
+# its own sender tokens.
 TWO_NIC_TESTS="test_write test_chunks test_paged test_imm test_scatter:4 faults:kill_target_mid_paged
-faults:scatter_dead_member"
+faults:scatter_dead_member faults:revoke_late_writes faults:forged_key faults:forged_sender_id"
 if [ -n "$RDMA_TESTS" ] || [ "${RDMA_FULL:-0}" = 1 ]; then TWO_NIC_TESTS=$TESTS; fi
 
 # Known failures of a provider, not of xfer (docs/design.md §16.1): they
