@@ -1,6 +1,7 @@
 /* The libfabric backend: its per-NIC state and every function its files
  * share (ofi_open.c: provider choice, opening, error mapping; ofi_mr.c:
- * registration; ofi_ops.c: address vector, posting, polling). */
+ * registration; ofi_ops.c: address vector, posting, polling; ofi_conn.c:
+ * resetting verbs connections that failed). */
 #ifndef XFER_OFI_H
 #define XFER_OFI_H
 
