@@ -329,12 +329,13 @@ static bool may_open_verbs(const char *provider)
 /* ofi_rxm closes the hidden connection of an address-vector entry on
  * fi_av_remove only with FI_AV_REMOVE_CLEANUP on (libfabric's default is
  * off): that removal is how a verbs connection whose queue pair failed is
- * reset (ofi_conn.c), so it is on unless the user chose. Also read once, at
- * init. With it, removing a peer closes its connection too: what the peer
+ * reset (ofi_conn.c), so it is on where an RDMA device is present, unless
+ * the user chose. Also read once, at init. With it, removing a peer closes its connection too: what the peer
  * had in flight to us fails there, and its next request redials. */
 static void av_remove_cleanup(void)
 {
-	setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
+	if (xi_ibv_min_cqe() > 0) /* only where an RDMA device is there */
+		setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
 }
 
 static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain);
