@@ -447,8 +447,8 @@ static int copy_piece(struct worker *w, uint64_t dst, const xfer_mr_t *src, uint
 {
 	if (!len)
 		return 0;
-	if (src->gpu >= 0)
-		return xi_gpu_copy_add(w->gpu, dst, (uint64_t)(uintptr_t)src->buf + off, NULL, len);
+	if (src->gpu >= 0) /* by kernel or copy engine, as gpu_copy picks by size */
+		return xi_gpu_copy_dtod(w->gpu, dst, (uint64_t)(uintptr_t)src->buf + off, len);
 	return xi_gpu_copy_add(w->gpu, dst, 0, (const uint8_t *)src->buf + off, len);
 }
 
@@ -686,6 +686,9 @@ int xi_path_post_pending(struct worker *w)
 		op->path->settle(w, op);
 		n++;
 	}
+	/* Same-host GPU copies posted above wait in one kernel batch: launch
+	 * it now, once for all of them. */
+	xi_gpu_flush(w->gpu);
 	return n;
 }
 

@@ -18,7 +18,8 @@ struct fake_cuda_counts {
 	uint64_t ipc_opens;
 	uint64_t dmabuf_exports;
 	uint64_t last_dmabuf_ptr, last_dmabuf_size;
-	uint64_t launches; /* paged-copy kernels */
+	uint64_t launches; /* copy-kernel launches */
+	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 };
 
