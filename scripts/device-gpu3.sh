@@ -5,7 +5,7 @@
 # XFER_GPU_TRACE times each stage. Builds nothing: run from the repository
 # root with build/ of this branch carried over (made where nvcc exists).
 #
-#   scripts/device-gpu3.sh OUT_DIR
+#   scripts/device-gpu3.sh [OUT_DIR]   (default: $OUT)
 #
 # Steps, most important first, each with its own timeout and log (all logs
 # also in OUT_DIR/gpu3-logs.tgz). Expected ~70 s on 1x H200; timeouts add
@@ -25,7 +25,7 @@
 #   test-ipc-shm, test-scatter-ipc-shm, test-staged-shm   test_gpu (bytes
 #                  verified, odd-sized pages included)
 set -uo pipefail
-out=${1:?usage: scripts/device-gpu3.sh OUT_DIR}
+out=${1:-${OUT:?usage: scripts/device-gpu3.sh OUT_DIR (or \$OUT set)}}
 mkdir -p "$out"
 chmod +x build/bin/* 2>/dev/null
 export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
