@@ -35,12 +35,13 @@ int xi_worker_setup(struct worker *w)
 		return ret;
 	/* Only where the CUDA driver loads. */
 	w->gpu = xi_gpu_create();
-	return 0;
+	return xi_notice_init(w);
 }
 
 void xi_worker_free(struct worker *w)
 {
 	xi_imm_table_destroy(&w->imm);
+	xi_notice_free(w);
 	xi_ops_free(w);
 	xi_tx_free(w);
 	xi_deliver_free(w);
@@ -144,6 +145,8 @@ static int poll_gpu(struct worker *w)
 		struct wr *wr = ev[i].ctx;
 		if (wr->kind == WR_STAGE)
 			xi_path_staged_src(w, wr, ev[i].status);
+		else if (wr->kind == WR_LANDING)
+			xi_notice_landed_gpu(w, wr, ev[i].status);
 		else
 			xi_notice_copied(w, wr, ev[i].status);
 	}

@@ -1,6 +1,7 @@
 #include "core/notice.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include "core/imm_counters.h"
 #include "core/liveness.h"
@@ -231,9 +232,39 @@ bool xi_notice_waiting(const struct worker *w)
 	return w->notice_head != NULL;
 }
 
+/* Copies of notices' ranges in flight at most: the GPU copy ring's size. */
+#define XI_LANDINGS XI_GPU_RING
+
+static void landings_reset(struct worker *w)
+{
+	w->free_landings = NULL;
+	for (uint32_t i = 0; w->landings && i < XI_LANDINGS; i++) {
+		w->landings[i].next_free = w->free_landings;
+		w->free_landings = &w->landings[i];
+	}
+}
+
+int xi_notice_init(struct worker *w)
+{
+	if (!w->gpu)
+		return 0;
+	w->landings = calloc(XI_LANDINGS, sizeof(*w->landings));
+	if (!w->landings)
+		return -ENOMEM;
+	landings_reset(w);
+	return 0;
+}
+
+void xi_notice_free(struct worker *w)
+{
+	free(w->landings);
+	w->landings = w->free_landings = NULL;
+}
+
 void xi_notice_forget(struct worker *w)
 {
 	w->notice_head = w->notice_tail = NULL;
+	landings_reset(w); /* their copies were forgotten with the GPU's */
 }
 
 /* ----------------------------------------------------------- the receiver */
@@ -258,6 +289,28 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 				return;
 			}
 		}
+		struct landing *l = w->free_landings;
+		if (l && xi_gpu_copy_begin(w->gpu, mr->gpu) == 0) {
+			int ret = 0;
+			for (uint32_t i = 0; i < n->nranges && !ret; i++) {
+				uint64_t off, len;
+				xi_notice_range(n, i, &off, &len);
+				ret = xi_gpu_copy_add(w->gpu, (uint64_t)(uintptr_t)mr->buf + off, 0,
+						      (const uint8_t *)mr->reg_buf + off, len);
+			}
+			l->wr.kind = WR_LANDING;
+			if (!ret)
+				ret = xi_gpu_copy_end(w->gpu, &l->wr);
+			if (ret) {
+				xerr("copy to GPU failed; immediates of this notice withheld");
+				return;
+			}
+			w->free_landings = l->next_free;
+			l->imm = n->imm;
+			l->count = n->count;
+			return;
+		}
+		/* Every landing in use (or the copy ring full): copy now. */
 		int ret = 0;
 		for (uint32_t i = 0; i < n->nranges && !ret; i++) {
 			uint64_t off, len;
@@ -271,4 +324,15 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 		}
 	}
 	xi_imm_arrived(w, n->imm, n->count);
+}
+
+void xi_notice_landed_gpu(struct worker *w, struct wr *wr, int status)
+{
+	struct landing *l = (struct landing *)wr;
+	if (status)
+		xerr("copy to GPU failed; immediates of this notice withheld");
+	else
+		xi_imm_arrived(w, l->imm, l->count);
+	l->next_free = w->free_landings;
+	w->free_landings = l;
 }

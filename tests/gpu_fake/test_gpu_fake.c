@@ -16,8 +16,9 @@
  *       device memory first; write-ipc reads them in place)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
- *   (in every write mode the source's worker never calls cuStreamSynchronize:
- *   its staging copies complete as polled events)
+ *   (in every write mode neither worker calls cuStreamSynchronize: the
+ *   source's staging copies and the target's copies of noticed ranges from
+ *   its mirror to the GPU complete as polled events)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -228,6 +229,9 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	for (uint32_t i = 0; i < PAGES; i++)
 		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * PAGE, want + (size_t)i * PAGE, PAGE) == 0);
+	/* Staged notices land by copies the worker polls: it never waited for
+	 * a stream here either. */
+	CHECK(fake_cuda_counts().syncs == 0);
 	t_send_u64(fd, 2);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
