@@ -8,8 +8,8 @@
 #   scripts/device-gpu3.sh [OUT_DIR]   (default: $OUT)
 #
 # Steps, most important first, each with its own timeout and log (all logs
-# also in OUT_DIR/gpu3-logs.tgz). Expected ~70 s on 1x H200; timeouts add
-# up to 145 s.
+# also in OUT_DIR/gpu3-logs.tgz). Expected ~75 s on 1x H200; timeouts add
+# up to 148 s.
 #   bench          xfer-gpu-bench, new defaults: paged 4/16/64 KiB x 1,024
 #                  and x 16,384 + single writes 64 KiB..1 GiB at 1/16 in
 #                  flight, vs a cross-process device copy, bytes verified
@@ -22,8 +22,11 @@
 #   trace-s64k-old row 6 with XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0, traced
 #   single-kmax64m single rows with XFER_GPU_KERNEL_MAX=64M (kernel up to
 #                  64 MiB) to place the kernel/copy-engine crossover
-#   test-ipc-shm, test-scatter-ipc-shm, test-staged-shm   test_gpu (bytes
-#                  verified, odd-sized pages included)
+#   staged-tcp, staged-shm  XFER_BENCH_ONLY=staged: GPU memory through host
+#                  mirrors vs host memory on the same provider (single 64 KiB
+#                  ..16 MiB, paged 1,024 x 4/16/64 KiB, 16 in flight)
+#   test-ipc-shm, test-staged-shm   test_gpu (bytes verified, odd-sized
+#                  pages included; staged: the target's async landings)
 set -uo pipefail
 out=${1:-${OUT:?usage: scripts/device-gpu3.sh OUT_DIR (or \$OUT set)}}
 mkdir -p "$out"
@@ -48,15 +51,16 @@ step() { # name, timeout, command...
 	ls -l build/gen/pages.fatbin 2>&1
 	git rev-parse HEAD 2>&1
 } >"$out/env.log" 2>&1
-step bench 35 build/bin/xfer-gpu-bench
-step bench-old 35 env XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 build/bin/xfer-gpu-bench
-step trace-p4k 12 env XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-p4k.csv" build/bin/xfer-gpu-bench
-step trace-s64k 12 env XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/trace-s64k.csv" build/bin/xfer-gpu-bench
-step trace-s64k-old 12 env XFER_BENCH_ROW=6 XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 \
+step bench 30 build/bin/xfer-gpu-bench
+step bench-old 30 env XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 build/bin/xfer-gpu-bench
+step trace-p4k 10 env XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-p4k.csv" build/bin/xfer-gpu-bench
+step trace-s64k 10 env XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/trace-s64k.csv" build/bin/xfer-gpu-bench
+step trace-s64k-old 10 env XFER_BENCH_ROW=6 XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 \
 	XFER_GPU_TRACE="$out/trace-s64k-old.csv" build/bin/xfer-gpu-bench
-step single-kmax64m 15 env XFER_BENCH_ONLY=single XFER_GPU_KERNEL_MAX=64M build/bin/xfer-gpu-bench
+step single-kmax64m 12 env XFER_BENCH_ONLY=single XFER_GPU_KERNEL_MAX=64M build/bin/xfer-gpu-bench
+step staged-tcp 15 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=tcp build/bin/xfer-gpu-bench
+step staged-shm 15 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm build/bin/xfer-gpu-bench
 step test-ipc-shm 8 env XFER_TEST_PROVIDER=shm build/bin/test_gpu ipc
-step test-scatter-ipc-shm 8 env XFER_TEST_PROVIDER=shm build/bin/test_gpu scatter-ipc
 step test-staged-shm 8 env XFER_TEST_PROVIDER=shm build/bin/test_gpu staged
 echo "device-gpu3: $fails step(s) failed" | tee -a "$out/steps.log"
 tar -czf "$out/gpu3-logs.tgz" -C "$out" $(cd "$out" && ls *.log *.csv.* 2>/dev/null) 2>/dev/null

@@ -11,7 +11,9 @@
 //          copies (1 in flight: each synchronized)
 //
 // Environment: XFER_TEST_PROVIDER (default shm) for addresses and notices;
-// XFER_BENCH_ONLY=paged|single; XFER_BENCH_ROW=n runs row n alone (paged
+// XFER_BENCH_ONLY=paged|single, or =staged for the rows of
+// gpu_bench_staged.cu (GPU memory through host mirrors over a NIC provider
+// vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
 // rows 0..5 in the order printed, then single sizes 6..10, both depths);
 // the library's XFER_GPU_KERNEL=0 (paged copies by the copy engine),
 // XFER_GPU_BATCH=0 (one launch per call), XFER_GPU_KERNEL_MAX (contiguous
@@ -347,6 +349,8 @@ int main(void)
 	}
 	int dst_dev = gpus > 1 ? 1 : 0;
 	const char *only = getenv("XFER_BENCH_ONLY");
+	if (only && !strcmp(only, "staged"))
+		return staged_bench_main(); // gpu_bench_staged.cu
 	if (only && !strcmp(only, "paged"))
 		run_single = false;
 	if (only && !strcmp(only, "single"))
