@@ -137,6 +137,36 @@ void fake_cuda_hold_events(int on)
 	pthread_mutex_unlock(&lock);
 }
 
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_shut, gate_waiters;
+
+void fake_cuda_gate(int shut)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_shut = shut;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+int fake_cuda_gate_waiting(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	int n = gate_waiters;
+	pthread_mutex_unlock(&gate_lock);
+	return n;
+}
+
+static void gate_pass(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_waiters++;
+	while (gate_shut)
+		pthread_cond_wait(&gate_cv, &gate_lock);
+	gate_waiters--;
+	pthread_mutex_unlock(&gate_lock);
+}
+
 void fake_cuda_set_dmabuf(int on)
 {
 	pthread_mutex_lock(&lock);
@@ -389,6 +419,7 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	}
 	if (!a->njobs || a->njobs > XI_PAGES_JOBS || items != a->items)
 		return ERR;
+	gate_pass();
 	pthread_mutex_lock(&lock);
 	counts.launches++;
 	counts.jobs += a->njobs;
