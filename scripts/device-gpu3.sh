@@ -8,25 +8,21 @@
 #   scripts/device-gpu3.sh [OUT_DIR]   (default: $OUT)
 #
 # Steps, most important first, each with its own timeout and log (all logs
-# also in OUT_DIR/gpu3-logs.tgz). Expected ~75 s on 1x H200; timeouts add
-# up to 148 s.
-#   bench          xfer-gpu-bench, new defaults: paged 4/16/64 KiB x 1,024
-#                  and x 16,384 + single writes 64 KiB..1 GiB at 1/16 in
-#                  flight, vs a cross-process device copy, bytes verified
-#   bench-old      the same with XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0
-#                  (one launch per call, single writes by copy engine: the
-#                  behaviour of main) for an A/B in one session
-#   trace-p4k      row 0 (paged 1,024 x 4 KiB) alone, XFER_GPU_TRACE on:
-#                  stage summary in the log, records in trace-p4k.csv.<pid>
-#   trace-s64k     row 6 (single 64 KiB, both depths) alone, traced
-#   trace-s64k-old row 6 with XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0, traced
-#   single-kmax64m single rows with XFER_GPU_KERNEL_MAX=64M (kernel up to
-#                  64 MiB) to place the kernel/copy-engine crossover
+# also in OUT_DIR/gpu3-logs.tgz). Run 1 (20:27 UTC) took 14 s for 9 steps;
+# this list should take ~45 s; timeouts add up to 148 s.
+#   bench-r1..3    xfer-gpu-bench, new defaults, three times: paged 4/16/64
+#                  KiB x 1,024 and x 16,384 + single writes 64 KiB..1 GiB at
+#                  1/16 in flight, vs a cross-process device copy, verified
+#   bench-old-r1,2 XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (main's behaviour)
+#   bench-nospread XFER_GPU_SPREAD=0 (a launch's warps packed 16 per CTA)
+#   single-lonekernel  XFER_GPU_LONE=kernel (a lone single write by kernel)
+#   single-kmax16m contiguous copies by kernel up to 16 MiB
 #   staged-tcp, staged-shm  XFER_BENCH_ONLY=staged: GPU memory through host
 #                  mirrors vs host memory on the same provider (single 64 KiB
 #                  ..16 MiB, paged 1,024 x 4/16/64 KiB, 16 in flight)
-#   test-ipc-shm, test-staged-shm   test_gpu (bytes verified, odd-sized
-#                  pages included; staged: the target's async landings)
+#   trace-*        one row alone with XFER_GPU_TRACE (stage summary in the log)
+#   test-*         test_gpu ipc / scatter-ipc / staged (bytes verified; staged:
+#                  the target's copies from its mirror are polled, not waited)
 set -uo pipefail
 out=${1:-${OUT:?usage: scripts/device-gpu3.sh OUT_DIR (or \$OUT set)}}
 mkdir -p "$out"
@@ -51,17 +47,26 @@ step() { # name, timeout, command...
 	ls -l build/gen/pages.fatbin 2>&1
 	git rev-parse HEAD 2>&1
 } >"$out/env.log" 2>&1
-step bench 30 build/bin/xfer-gpu-bench
-step bench-old 30 env XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 build/bin/xfer-gpu-bench
-step trace-p4k 10 env XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-p4k.csv" build/bin/xfer-gpu-bench
-step trace-s64k 10 env XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/trace-s64k.csv" build/bin/xfer-gpu-bench
-step trace-s64k-old 10 env XFER_BENCH_ROW=6 XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 \
-	XFER_GPU_TRACE="$out/trace-s64k-old.csv" build/bin/xfer-gpu-bench
-step single-kmax64m 12 env XFER_BENCH_ONLY=single XFER_GPU_KERNEL_MAX=64M build/bin/xfer-gpu-bench
-step staged-tcp 15 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=tcp build/bin/xfer-gpu-bench
-step staged-shm 15 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm build/bin/xfer-gpu-bench
-step test-ipc-shm 8 env XFER_TEST_PROVIDER=shm build/bin/test_gpu ipc
-step test-staged-shm 8 env XFER_TEST_PROVIDER=shm build/bin/test_gpu staged
+B=build/bin/xfer-gpu-bench
+OLD="XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0" # main's behaviour: one launch per call, singles by copy engine
+# Repeats: one run's ratios move by up to ~0.2 between runs of one setting.
+for r in 1 2 3; do step bench-r$r 8 $B; done
+for r in 1 2; do step bench-old-r$r 8 env $OLD $B; done
+step bench-nospread 8 env XFER_GPU_SPREAD=0 $B
+step single-lonekernel 8 env XFER_GPU_LONE=kernel XFER_BENCH_ONLY=single $B
+step single-kmax16m 8 env XFER_GPU_KERNEL_MAX=16M XFER_BENCH_ONLY=single $B
+step staged-tcp 15 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=tcp $B
+step staged-shm 15 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm $B
+# Traced single rows (stage summaries in the logs, records in *.csv.<pid>).
+step trace-p4k 6 env XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-p4k.csv" $B
+step trace-p16k4k 6 env XFER_BENCH_ROW=1 XFER_GPU_TRACE="$out/trace-p16k4k.csv" $B
+step trace-s64k 6 env XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/trace-s64k.csv" $B
+step trace-s1m 6 env XFER_BENCH_ROW=7 XFER_GPU_TRACE="$out/trace-s1m.csv" $B
+step trace-s64k-old 6 env XFER_BENCH_ROW=6 $OLD XFER_GPU_TRACE="$out/trace-s64k-old.csv" $B
+step test-ipc-shm 6 env XFER_TEST_PROVIDER=shm build/bin/test_gpu ipc
+step test-scatter-ipc-shm 6 env XFER_TEST_PROVIDER=shm build/bin/test_gpu scatter-ipc
+step test-staged-shm 6 env XFER_TEST_PROVIDER=shm build/bin/test_gpu staged
+step test-staged-tcp 6 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu staged
 echo "device-gpu3: $fails step(s) failed" | tee -a "$out/steps.log"
 tar -czf "$out/gpu3-logs.tgz" -C "$out" $(cd "$out" && ls *.log *.csv.* 2>/dev/null) 2>/dev/null
 exit $((fails > 0))

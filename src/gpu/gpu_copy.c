@@ -86,8 +86,10 @@ struct xi_gpu {
 	uint64_t t_begin;    /* XFER_GPU_TRACE: when the copy being built began */
 	bool batch_calls;    /* XFER_GPU_BATCH != 0: calls of a turn share a launch */
 	uint64_t kernel_max; /* contiguous device copies up to this go by kernel */
-	struct xi_gpu_trace *trace;
-	uint32_t cur_trace;  /* engine copy being built: its trace record */
+	struct xi_gpu_trace *trace; /* made with the first stream: it needs a context */
+	bool trace_tried;
+	bool spread;      /* XFER_GPU_SPREAD != 0: a launch's warps spread over every SM first */
+	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 };
 
 static bool env_is(const char *name, const char *value)
@@ -121,7 +123,8 @@ struct xi_gpu *xi_gpu_create(void)
 		g->kernel_max = v;
 	}
 	g->kb.dev = -1;
-	g->trace = xi_gpu_trace_create(c, XI_GPU_MAX_CTAS);
+	g->spread = !env_is("XFER_GPU_SPREAD", "0");
+	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	return g;
 }
 
@@ -142,6 +145,10 @@ static CUstream stream_of(struct xi_gpu *g, int dev)
 		return NULL;
 	if (!g->stream[dev] && g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
 		return NULL;
+	if (!g->trace_tried) {
+		g->trace_tried = true; /* pinned memory needs a current context */
+		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
+	}
 	return g->stream[dev];
 }
 
@@ -239,6 +246,8 @@ static void launch_batch(struct xi_gpu *g)
 	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
 	if (most > XI_GPU_MAX_CTAS)
 		most = XI_GPU_MAX_CTAS;
+	if (g->spread)
+		ctas = b->a.items; /* one warp per CTA at least, over as many SMs as can be had */
 	unsigned grid = (unsigned)(ctas < most ? ctas : most);
 	struct xi_trace_rec *tr = g->trace ? xi_gpu_trace_rec(g->trace, b->trace) : NULL;
 	if (tr) {
@@ -250,7 +259,21 @@ static void launch_batch(struct xi_gpu *g)
 		tr->t_launch = xi_gpu_trace_now();
 	}
 	void *params[] = {&b->a};
-	bool ok = st && !c->cuLaunchKernel(k->fn, grid, 1, 1, XI_PAGES_THREADS, 1, 1, 0, st, params, NULL);
+	const struct xi_pages_job *j0 = &b->a.job[0];
+	bool ok;
+	if (g->lone_engine && b->a.njobs == 1 && !j0->src_pages && !j0->dst_pages && j0->npages == 1) {
+		/* One contiguous copy alone (one call in flight): measured on an
+		 * H200, the copy engine returns it sooner than a launch does
+		 * (docs/performance.md); the kernel is for batches and pages. */
+		ok = st && !c->cuMemcpyDtoDAsync((CUdeviceptr)j0->dst_base, (CUdeviceptr)j0->src_base, j0->page_len, st);
+		if (tr) {
+			tr->kind = XI_TRACE_ENGINE;
+			tr->ctas = 0;
+		}
+	} else {
+		b->a.spread = g->spread;
+		ok = st && !c->cuLaunchKernel(k->fn, grid, 1, 1, XI_PAGES_THREADS, 1, 1, 0, st, params, NULL);
+	}
 	if (tr) {
 		tr->t_launched = xi_gpu_trace_now();
 		tr->rt_launched = xi_gpu_trace_realtime();

@@ -46,7 +46,10 @@ struct xi_pages_args {
 	uint32_t njobs;
 	uint32_t items;   /* sum of npages * per_page: below 2^31 */
 	uint32_t aligned; /* every address, stride and page_len a multiple of 16 */
-	uint32_t pad;
+	/* Warp w of the item order is warp w / gridDim of CTA w % gridDim
+	 * (else warp w % 16 of CTA w / 16): a small launch's items then run
+	 * one warp per SM on every SM rather than 16 warps on a few. */
+	uint32_t spread;
 	/* XFER_GPU_TRACE only, else 0: uint64_t[2 * gridDim.x] the kernel fills
 	 * with each CTA's %globaltimer at its start and its end. */
 	uint64_t trace;

@@ -41,7 +41,8 @@ extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER
 	}
 	__syncthreads();
 	const uint32_t lane = threadIdx.x & 31u;
-	const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	const uint32_t warp = a.spread ? (threadIdx.x >> 5) * gridDim.x + blockIdx.x
+				       : (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	const uint32_t nwarps = (gridDim.x * blockDim.x) >> 5;
 	/* 32-bit item arithmetic: the launcher keeps items below 2^31 and the
 	 * grid below 2^16 warps, so that base + 32 * nwarps cannot wrap. */
