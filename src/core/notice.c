@@ -249,7 +249,10 @@ int xi_notice_init(struct worker *w)
 	if (!w->gpu)
 		return 0;
 	w->landings = calloc(XI_LANDINGS, sizeof(*w->landings));
-	if (!w->landings)
+	/* Page numbers of the largest notice our receive buffers hold. */
+	w->landing_idx_max = xi_notice_ranges_max(w->e->attr.msg_max);
+	w->landing_idx = calloc(w->landing_idx_max ? w->landing_idx_max : 1, sizeof(*w->landing_idx));
+	if (!w->landings || !w->landing_idx)
 		return -ENOMEM;
 	landings_reset(w);
 	return 0;
@@ -258,7 +261,9 @@ int xi_notice_init(struct worker *w)
 void xi_notice_free(struct worker *w)
 {
 	free(w->landings);
+	free(w->landing_idx);
 	w->landings = w->free_landings = NULL;
+	w->landing_idx = NULL;
 }
 
 void xi_notice_forget(struct worker *w)
@@ -268,6 +273,38 @@ void xi_notice_forget(struct worker *w)
 }
 
 /* ----------------------------------------------------------- the receiver */
+
+/* A paged write's ranges (all one length, on 16-byte boundaries: the
+ * common case) land by one scatter kernel reading the mapped mirror, rather
+ * than one copy-engine call each (about 5 us of the worker apiece): 0, 1
+ * (not such ranges, or no kernel: copy them one by one), or the error. */
+static int land_by_kernel(struct worker *w, const xfer_mr_t *mr, const struct xi_notice *n)
+{
+	uint64_t off, len, mirror_dev;
+	if (n->nranges < 2 || !w->landing_idx || n->nranges > w->landing_idx_max || !xi_gpu_kernels_on(w->gpu, mr->gpu))
+		return 1;
+	xi_notice_range(n, 0, &off, &len);
+	const uint64_t page = len;
+	for (uint32_t i = 0; i < n->nranges; i++) {
+		xi_notice_range(n, i, &off, &len);
+		if (len != page || (off | len) & 15 || off / 16 > UINT32_MAX)
+			return 1;
+		w->landing_idx[i] = (uint32_t)(off / 16);
+	}
+	if (xi_gpu_host_dev(w->gpu, mr->reg_buf, &mirror_dev))
+		return 1;
+	struct xi_gpu_pages pg = {
+		.src_base = mirror_dev,
+		.src_stride = 16,
+		.dst_base = (uint64_t)(uintptr_t)mr->buf,
+		.dst_stride = 16,
+		.page_len = page,
+		.src_pages = w->landing_idx,
+		.dst_pages = w->landing_idx,
+		.npages = n->nranges,
+	};
+	return xi_gpu_copy_pages(w->gpu, &pg);
+}
 
 void xi_notice_received(struct worker *w, const struct xi_notice *n)
 {
@@ -291,12 +328,14 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 		}
 		struct landing *l = w->free_landings;
 		if (l && xi_gpu_copy_begin(w->gpu, mr->gpu) == 0) {
-			int ret = 0;
-			for (uint32_t i = 0; i < n->nranges && !ret; i++) {
+			int ret = land_by_kernel(w, mr, n);
+			for (uint32_t i = 0; i < n->nranges && ret == 1; i++) {
 				uint64_t off, len;
 				xi_notice_range(n, i, &off, &len);
 				ret = xi_gpu_copy_add(w->gpu, (uint64_t)(uintptr_t)mr->buf + off, 0,
 						      (const uint8_t *)mr->reg_buf + off, len);
+				if (!ret && i + 1 < n->nranges)
+					ret = 1;
 			}
 			l->wr.kind = WR_LANDING;
 			if (!ret)

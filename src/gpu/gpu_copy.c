@@ -88,7 +88,7 @@ struct xi_gpu {
 	uint64_t kernel_max; /* contiguous device copies up to this go by kernel */
 	struct xi_gpu_trace *trace; /* made with the first stream: it needs a context */
 	bool trace_tried;
-	bool spread;      /* XFER_GPU_SPREAD != 0: a launch's warps spread over every SM first */
+	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 };
 
@@ -123,7 +123,10 @@ struct xi_gpu *xi_gpu_create(void)
 		g->kernel_max = v;
 	}
 	g->kb.dev = -1;
-	g->spread = !env_is("XFER_GPU_SPREAD", "0");
+	/* Off by default: measured on an H200 (docs/performance.md), random
+	 * pages ran at half speed spread (0.33-0.38x vs 0.76-0.92x a contiguous
+	 * copy for 16/64 KiB pages), likely for want of TLB locality. */
+	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	return g;
 }
@@ -471,6 +474,15 @@ int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t
 	g->batch_src[g->nbatch] = (CUdeviceptr)src;
 	g->batch_len[g->nbatch] = len;
 	return ++g->nbatch == XI_GPU_BATCH ? flush_batch(g) : 0;
+}
+
+int xi_gpu_host_dev(struct xi_gpu *g, void *host, uint64_t *dev)
+{
+	CUdeviceptr d = 0;
+	if (g->c->cuMemHostGetDevicePointer(&d, host, 0))
+		return -EIO;
+	*dev = d;
+	return 0;
 }
 
 int xi_gpu_copy_dtod(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)

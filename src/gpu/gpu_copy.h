@@ -32,7 +32,7 @@
 #define XI_GPU_MAX_CTAS 1024u /* a launch's grid at most */
 /* Contiguous copies up to this go by kernel: below it a launch shared by the
  * calls of a turn beats one copy-engine copy and event each. */
-#define XI_GPU_KERNEL_MAX_DEFAULT (4ull << 20)
+#define XI_GPU_KERNEL_MAX_DEFAULT (16ull << 20)
 
 struct xi_gpu;
 
@@ -75,6 +75,9 @@ int xi_gpu_copy_dtod(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len);
  * when its batch launches (xi_gpu_flush), so its caller may end several
  * copies before the GPU sees any. */
 int xi_gpu_copy_end(struct xi_gpu *g, void *ctx);
+/* The device address of mapped pinned host memory (a region's mirror),
+ * for kernels that gather into it or scatter from it: 0 or -EIO. */
+int xi_gpu_host_dev(struct xi_gpu *g, void *host, uint64_t *dev);
 /* Launches the kernel jobs of the copies ended so far: the worker calls it
  * once it has posted what it could in a turn. */
 void xi_gpu_flush(struct xi_gpu *g);

@@ -48,7 +48,8 @@ struct xi_pages_args {
 	uint32_t aligned; /* every address, stride and page_len a multiple of 16 */
 	/* Warp w of the item order is warp w / gridDim of CTA w % gridDim
 	 * (else warp w % 16 of CTA w / 16): a small launch's items then run
-	 * one warp per SM on every SM rather than 16 warps on a few. */
+	 * one warp per SM on every SM rather than 16 warps on a few
+	 * (XFER_GPU_SPREAD=1; off by default: slower for random pages). */
 	uint32_t spread;
 	/* XFER_GPU_TRACE only, else 0: uint64_t[2 * gridDim.x] the kernel fills
 	 * with each CTA's %globaltimer at its start and its end. */

@@ -12,6 +12,7 @@
  *       gather/scatter kernel (run on the CPU by the fake driver when its
  *       event is queried) where the library embeds the kernels, else copies
  *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
+ *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
@@ -232,8 +233,12 @@ static int write_target(int idx, int fd, void *arg)
 	for (uint32_t i = 0; i < PAGES; i++)
 		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * PAGE, want + (size_t)i * PAGE, PAGE) == 0);
 	/* Staged notices land by copies the worker polls: it never waited for
-	 * a stream here either. */
-	CHECK(fake_cuda_counts().syncs == 0);
+	 * a stream here either. The paged write's 64 ranges land by one scatter
+	 * kernel from the mirror, the single write's one range by a copy. */
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(fc.syncs == 0);
+	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
+	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
@@ -277,9 +282,12 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The single write is one copy-engine copy (alone in its batch: below
 	 * XFER_GPU_KERNEL_MAX, but a lone contiguous copy goes to the engine);
 	 * the pages one kernel launch, or one copy each without kernels. */
-	bool kernels = !staged && !no_kernel && xi_gpu_fatbin_len > 0;
+	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(fc.launches == (kernels ? 1u : 0u) && fc.jobs == fc.launches);
 	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
+	/* Staged, the pages are gathered into the mirror by that one kernel,
+	 * the single write by one copy to the mirror. */
+	CHECK(!staged || fc.dtoh == (kernels ? 1u : 1u + PAGES));
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
@@ -288,7 +296,8 @@ static int write_source(int n, const int *fds, void *arg)
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
 	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
-	       staged ? "staged" : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES, (unsigned long long)fc.launches);
+	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
+	       (unsigned long long)fc.launches);
 	return 0;
 }
 
@@ -645,7 +654,7 @@ int main(int argc, char **argv)
 	staged = strstr(mode, "-staged") != NULL;
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
-	no_kernel = !strcmp(mode, "write-engine");
+	no_kernel = strstr(mode, "-engine") != NULL;
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
