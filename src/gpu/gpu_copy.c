@@ -1,12 +1,14 @@
 /* The worker's GPU copy engine (gpu_copy.h). Two kinds of copies:
- *  - staging copies between a GPU region and its pinned host mirror, for
- *    NICs that cannot reach device memory. They block the worker, but only
- *    for their own bytes: the application must have finished writing a
- *    source before it submits (as with any RDMA library), and nothing here
- *    waits for its streams;
+ *  - synchronous staging copies between a GPU region and its pinned host
+ *    mirror (xi_gpu_stage_*), now only a target's fallback. They block the
+ *    worker, but only for their own bytes: the application must have
+ *    finished writing a source before it submits (as with any RDMA
+ *    library), and nothing here waits for its streams;
  *  - tracked copies between GPUs of one host (through a peer's CUDA IPC
- *    mapping, NVLink where present) or host to GPU, issued on a stream and
- *    followed by an event; xi_gpu_poll reports each as it finishes, in order.
+ *    mapping, NVLink where present), host to GPU, or between a region and
+ *    its mirror, issued on a stream (copy engine, or jobs of the copy
+ *    kernel's next launch) and followed by an event; xi_gpu_poll reports
+ *    each as it finishes, in order.
  * Every copy goes on this engine's own non-blocking stream of its device:
  * a synchronous cuMemcpy would use the legacy default stream, where PyTorch
  * and most applications queue their kernels, and so would wait for every

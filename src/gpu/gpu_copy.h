@@ -6,9 +6,11 @@
  * completions. It exists only where the CUDA driver loads (xi_gpu_create
  * returns NULL otherwise), and only its worker thread uses it.
  *
- * Staging copies into a GPU region from its pinned host mirror (at a target)
- * are still synchronous: queue them, then xi_gpu_stage_wait. A source's
- * copies into its mirror are tracked copies (xi_gpu_copy_add_dtoh).
+ * Staging copies are tracked copies too: a source's into its mirror
+ * (xi_gpu_copy_add_dtoh, or a gather kernel into the mirror's mapped
+ * address: xi_gpu_host_dev), a target's from its mirror to the GPU (a
+ * scatter kernel, or host-to-device pieces). The synchronous xi_gpu_stage_*
+ * calls remain only for a target whose landings are all in use.
  *
  * Paged copies between GPUs, and contiguous ones up to XFER_GPU_KERNEL_MAX
  * bytes (default XI_GPU_KERNEL_MAX_DEFAULT; larger ones go to the copy
@@ -46,7 +48,7 @@ struct xi_gpu *xi_gpu_create(void);
  * finish first, in the driver. */
 void xi_gpu_destroy(struct xi_gpu *g);
 
-/* Synchronous staging on device dev's stream. */
+/* Synchronous staging on device dev's stream (the fallback above). */
 int xi_gpu_stage_dtoh(struct xi_gpu *g, int dev, void *dst, uint64_t src, size_t len);
 int xi_gpu_stage_htod(struct xi_gpu *g, int dev, uint64_t dst, const void *src, size_t len);
 int xi_gpu_stage_wait(struct xi_gpu *g, int dev);
