@@ -303,7 +303,10 @@ static int land_by_kernel(struct worker *w, const xfer_mr_t *mr, const struct xi
 		.dst_pages = w->landing_idx,
 		.npages = n->nranges,
 	};
-	return xi_gpu_copy_pages(w->gpu, &pg);
+	/* A full page-list ring must not cost the notice its immediates: then
+	 * the ranges go one by one. */
+	int ret = xi_gpu_copy_pages(w->gpu, &pg);
+	return ret == -EAGAIN ? 1 : ret;
 }
 
 void xi_notice_received(struct worker *w, const struct xi_notice *n)
