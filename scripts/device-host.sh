@@ -22,6 +22,12 @@
 #       rows: old (before the restructure) against the new side, default
 #       mode, unpinned; on shm the old build's shm (libfabric's) against
 #       ofi-shm
+# XFER_HOST_PLAN=left runs instead only what the last full run left
+# (about 110 s): the ping-pongs and the rows that missed (shm single 1M/16M,
+# tcp single 1K/1M, paged 1K/4K x 10,000), each in busy-poll mode, in
+# busy-poll mode with the worker's reply watch off (XFER_REPLY_WATCH_NS=0:
+# the engine before it, same build) and in the default mode; table.txt
+# has the three side by side (scripts/device-host3.sh runs this plan).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
 # cuts each step's timeout to what is left of it.
@@ -85,6 +91,37 @@ ab() { # name, provider, old build's provider
 		XFER_AB_ARGS="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 4K,64K --pages 10000" \
 		bash "$here/bench-ab.sh" "$old" "$abnew" "$3:$2"
 }
+# One xfer-bench run of some rows: step name PROV-MODE-PART, busy-poll
+# on|off, extra environment (VAR=value, or -), row options.
+rows_of() {
+	local name=$1 bp=$2 ev=$3
+	shift 3
+	local prov=${name%%-*} mode=${name#*-}
+	mode=${mode%-*}
+	[ "$ev" = - ] && ev=XFER_HOST_PLAN=left
+	step "$name" 40 env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
+		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
+	labels+=("$prov/$mode=$out/$name.log")
+}
+if [ "${XFER_HOST_PLAN:-full}" = left ]; then
+	pp="--op imm,send --size 1K"
+	rows_of shm-busy-pp on - $pp
+	rows_of tcp-busy-pp on - $pp
+	rows_of shm-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
+	rows_of tcp-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
+	rows_of tcp-busy-tp on - --op single,paged --size 1K,1M --page-size 1K,4K --pages 10000
+	rows_of shm-busy-tp on - --op single --size 1M,16M
+	rows_of shm-default-pp off - $pp
+	rows_of tcp-default-pp off - $pp
+	rows_of tcp-nowatch-tp on XFER_REPLY_WATCH_NS=0 --op single,paged --size 1K,1M --page-size 1K,4K --pages 10000
+	rows_of shm-nowatch-tp on XFER_REPLY_WATCH_NS=0 --op single --size 1M,16M
+	rows_of tcp-default-tp off - --op single,paged --size 1K,1M --page-size 1K,4K --pages 10000
+	rows_of shm-default-tp off - --op single --size 1M,16M
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
 # The judged figures first (busy-poll), then the default mode beside them,
 # then the restructure's A/B, then the engine's overhead on libfabric's shm.
 bench shm busy
