@@ -132,13 +132,20 @@ def expected_digest(src, size: int, seed: int) -> Tuple[int, str]:
     return want.size, digest(want)
 
 
+def yield_cpu() -> None:
+    time.sleep(0)  # NIXL's and Mooncake's Python APIs have no blocking wait
+
+
 def windowed(post: Callable[[int], Any], done: Callable[[Any], bool], seconds: float,
-             poll: Optional[Callable[[], Any]] = None) -> Tuple[int, float]:
+             poll: Optional[Callable[[], Any]] = None, idle: Callable[[], Any] = yield_cpu) -> Tuple[int, float]:
     """Keeps INFLIGHT operations in flight for ``seconds``, then drains; (completed ops, elapsed s).
 
     ``post(k)`` starts operation k (slot k % slots) and returns its token;
     ``done(token)`` polls it (True once complete; raises on failure);
-    ``poll()``, where given, drives the engine once per pass over the window."""
+    ``poll()``, where given, drives the engine once per pass over the window;
+    ``idle()`` follows a pass that found nothing complete: each engine's own
+    way to wait, so that a spinning benchmark does not take the CPU that the
+    engine's threads (or the peer process) need on a small machine."""
     q = [post(k) for k in range(INFLIGHT)]
     n, t0 = 0, time.perf_counter()
     end = t0 + seconds
@@ -148,11 +155,13 @@ def windowed(post: Callable[[int], Any], done: Callable[[Any], bool], seconds: f
     while live:
         if poll is not None:
             poll()
+        got = 0
         for i in range(INFLIGHT):
             tok = q[i]
             if tok is None or not done(tok):
                 continue
             n += 1
+            got += 1
             if not stop and time.perf_counter() >= end:
                 stop = True
             if stop:
@@ -161,6 +170,8 @@ def windowed(post: Callable[[int], Any], done: Callable[[Any], bool], seconds: f
             else:
                 q[i] = post(k)
                 k += 1
+        if not got:
+            idle()
     return n, time.perf_counter() - t0
 
 
@@ -213,7 +224,8 @@ def xfer_cases(eng, keep, seconds: float):
                 return False
             op.result(0)
             return True
-        return windowed(post, done, seconds, lambda: eng.progress(0))
+        # Its blocking wait (spins spin_us, then sleeps) instead of a yield.
+        return windowed(post, done, seconds, lambda: eng.progress(0), lambda: eng.progress(0.01))
 
     def paged(seed: int):
         sperm, dperm = perms(seed)
@@ -300,7 +312,7 @@ def nixl_cases(agent, keep, seconds: float):
             if agent.transfer(h) == "ERR":
                 raise RuntimeError("NIXL post failed")
             while not state(h):
-                pass
+                yield_cpu()
         try:
             one()
             return serial(one, seconds)
