@@ -23,11 +23,12 @@
 #       mode, unpinned; on shm the old build's shm (libfabric's) against
 #       ofi-shm
 # XFER_HOST_PLAN=left runs instead only what the last full run left
-# (about 110 s): the ping-pongs and the rows that missed (shm single 1M/16M,
-# tcp single 1K/1M, paged 1K/4K x 10,000), each in busy-poll mode, in
-# busy-poll mode with the worker's reply watch off (XFER_REPLY_WATCH_NS=0:
-# the engine before it, same build) and in the default mode; table.txt
-# has the three side by side (scripts/device-host3.sh runs this plan).
+# (about 80 s on the 16 cores): the ping-pongs (5 rounds) and the rows that
+# missed (shm single 1M/16M, tcp single 1K/1M, paged 1K/4K x 10,000), each
+# in busy-poll mode, in busy-poll mode with the worker's reply watch off
+# (XFER_REPLY_WATCH_NS=0: the engine before it, same build) or at 4 us
+# (ping-pongs), and in the default mode; table.txt has them side by side
+# (scripts/device-host3.sh runs this plan).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
 # cuts each step's timeout to what is left of it.
@@ -104,19 +105,23 @@ rows_of() {
 	labels+=("$prov/$mode=$out/$name.log")
 }
 if [ "${XFER_HOST_PLAN:-full}" = left ]; then
+	# Ping-pongs first, in 5 rounds (their busy/no-watch gap is ~1 us):
+	# the watch at its default (busy), off (nowatch), at 4 us (watch4us).
 	pp="--op imm,send --size 1K"
-	rows_of shm-busy-pp on - $pp
-	rows_of tcp-busy-pp on - $pp
-	rows_of shm-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
-	rows_of tcp-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
-	rows_of tcp-busy-tp on - --op single,paged --size 1K,1M --page-size 1K,4K --pages 10000
-	rows_of shm-busy-tp on - --op single --size 1M,16M
-	rows_of shm-default-pp off - $pp
-	rows_of tcp-default-pp off - $pp
-	rows_of tcp-nowatch-tp on XFER_REPLY_WATCH_NS=0 --op single,paged --size 1K,1M --page-size 1K,4K --pages 10000
-	rows_of shm-nowatch-tp on XFER_REPLY_WATCH_NS=0 --op single --size 1M,16M
-	rows_of tcp-default-tp off - --op single,paged --size 1K,1M --page-size 1K,4K --pages 10000
-	rows_of shm-default-tp off - --op single --size 1M,16M
+	for prov in shm tcp; do
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-busy-pp on - $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-watch4us-pp on XFER_REPLY_WATCH_NS=4000 $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-default-pp off - $pp
+	done
+	tp_tcp="--op single,paged --size 1K,1M --page-size 1K,4K --pages 10000"
+	tp_shm="--op single --size 1M,16M"
+	rows_of tcp-busy-tp on - $tp_tcp
+	rows_of shm-busy-tp on - $tp_shm
+	rows_of tcp-default-tp off - $tp_tcp
+	rows_of shm-default-tp off - $tp_shm
+	rows_of tcp-nowatch-tp on XFER_REPLY_WATCH_NS=0 $tp_tcp
+	rows_of shm-nowatch-tp on XFER_REPLY_WATCH_NS=0 $tp_shm
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
 	cat "$out/table.txt"
 	echo "device-host: $fails step(s) failed"

@@ -220,10 +220,12 @@ static void wake_app(struct worker *w)
  * Only after arrivals handed over, never after a plain write completion:
  * the initiator of a ping-pong gets its write's completion shortly before
  * the pong, which a watch would hold up. Returns the work done. */
-static int await_reply(struct worker *w, uint64_t now)
+static int await_reply(struct worker *w)
 {
 	const struct mpmc_queue *q = &w->e->subq;
-	uint64_t end = now + w->reply_watch_ns;
+	/* From now, not from the turn's start: on tcp the turn's provider poll
+	 * alone can outlast the watch. */
+	uint64_t end = xi_now_ns() + w->reply_watch_ns;
 	int n = 0;
 	for (unsigned i = 1;; i++) {
 		if (!xi_mpmc_empty_hint(q)) {
@@ -265,7 +267,7 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 	w->arrivals = 0;
 	wake_app(w);
 	if (reply_due && w->reply_watch_ns)
-		n += await_reply(w, now);
+		n += await_reply(w);
 	return n;
 }
 
