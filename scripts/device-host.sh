@@ -23,12 +23,13 @@
 #       mode, unpinned; on shm the old build's shm (libfabric's) against
 #       ofi-shm
 # XFER_HOST_PLAN=left runs instead only what the last full run left
-# (about 80 s on the 16 cores): the ping-pongs (5 rounds) and the rows that
-# missed (shm single 1M/16M, tcp single 1K/1M, paged 1K/4K x 10,000), each
-# in busy-poll mode, in busy-poll mode with the worker's reply watch off
-# (XFER_REPLY_WATCH_NS=0: the engine before it, same build) or at 4 us
-# (ping-pongs), and in the default mode; table.txt has them side by side
-# (scripts/device-host3.sh runs this plan).
+# (about 110 s on the 16 cores): the ping-pongs (0.4 s x 5 rounds) in
+# busy-poll mode, busy-poll with the worker's reply watch off
+# (XFER_REPLY_WATCH_NS=0: the engine before it, same build) or at 4 us, and
+# the default mode; then the rows that missed (shm single 1M/16M, tcp
+# single 1K/1M, paged 1K/4K x 10,000; XFER_HOST_TP_SECONDS x
+# XFER_HOST_TP_ROUNDS, 0.6 s x 5) in busy-poll and default mode; table.txt
+# has them side by side (scripts/device-host3.sh runs this plan).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
 # cuts each step's timeout to what is left of it.
@@ -100,7 +101,7 @@ rows_of() {
 	local prov=${name%%-*} mode=${name#*-}
 	mode=${mode%-*}
 	[ "$ev" = - ] && ev=XFER_HOST_PLAN=left
-	step "$name" 40 env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
+	step "$name" 60 env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
 		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
 	labels+=("$prov/$mode=$out/$name.log")
 }
@@ -116,12 +117,14 @@ if [ "${XFER_HOST_PLAN:-full}" = left ]; then
 	done
 	tp_tcp="--op single,paged --size 1K,1M --page-size 1K,4K --pages 10000"
 	tp_shm="--op single --size 1M,16M"
-	rows_of tcp-busy-tp on - $tp_tcp
-	rows_of shm-busy-tp on - $tp_shm
-	rows_of tcp-default-tp off - $tp_tcp
-	rows_of shm-default-tp off - $tp_shm
-	rows_of tcp-nowatch-tp on XFER_REPLY_WATCH_NS=0 $tp_tcp
-	rows_of shm-nowatch-tp on XFER_REPLY_WATCH_NS=0 $tp_shm
+	# Run 3's throughput rows moved as much between identical configurations
+	# as their misses: longer rows, more rounds (no nowatch: the watch never
+	# starts in them).
+	tps=${XFER_HOST_TP_SECONDS:-0.6} tpr=${XFER_HOST_TP_ROUNDS:-5}
+	secs=$tps rounds=$tpr rows_of tcp-busy-tp on - $tp_tcp
+	secs=$tps rounds=$tpr rows_of shm-busy-tp on - $tp_shm
+	secs=$tps rounds=$tpr rows_of tcp-default-tp off - $tp_tcp
+	secs=$tps rounds=$tpr rows_of shm-default-tp off - $tp_shm
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
 	cat "$out/table.txt"
 	echo "device-host: $fails step(s) failed"
