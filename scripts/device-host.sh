@@ -30,6 +30,8 @@
 # single 1K/1M, paged 1K/4K x 10,000; XFER_HOST_TP_SECONDS x
 # XFER_HOST_TP_ROUNDS, 0.6 s x 5) in busy-poll and default mode; table.txt
 # has them side by side (scripts/device-host3.sh runs this plan).
+# XFER_HOST_PLAN=pp: the ping-pongs alone, 7 rounds, busy / no watch /
+# default (about 40 s; scripts/device-host3.sh pp).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
 # cuts each step's timeout to what is left of it.
@@ -105,6 +107,20 @@ rows_of() {
 		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
 	labels+=("$prov/$mode=$out/$name.log")
 }
+if [ "${XFER_HOST_PLAN:-full}" = pp ]; then
+	# Only the ping-pongs, 7 rounds: busy-poll (the watch at its default),
+	# busy-poll without it, default mode (about 40 s).
+	pp="--op imm,send --size 1K"
+	for prov in shm tcp; do
+		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp on - $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp off - $pp
+	done
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
 if [ "${XFER_HOST_PLAN:-full}" = left ]; then
 	# Ping-pongs first, in 5 rounds (their busy/no-watch gap is ~1 us):
 	# the watch at its default (busy), off (nowatch), at 4 us (watch4us).

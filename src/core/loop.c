@@ -214,9 +214,10 @@ static void wake_app(struct worker *w)
  * a few hundred ns after our push; without this watch it waits for the rest
  * of the turn and the next round of NIC polls (on tcp a provider progress
  * call of a microsecond or more). So after a turn in which a peer's arrival
- * was handed to the application, take and post what it submits for up to
- * reply_watch_ns, NICs unpolled: nothing that the application waits for can
- * come back from the peer sooner than a round trip after that answer.
+ * was handed to the application, take and post what it submits, NICs
+ * unpolled, until something is posted or reply_watch_ns pass: nothing that
+ * the application waits for can come back from the peer sooner than a
+ * round trip after that answer.
  * Only after arrivals handed over, never after a plain write completion:
  * the initiator of a ping-pong gets its write's completion shortly before
  * the pong, which a watch would hold up. Returns the work done. */
@@ -230,7 +231,14 @@ static int await_reply(struct worker *w)
 	for (unsigned i = 1;; i++) {
 		if (!xi_mpmc_empty_hint(q)) {
 			n += take_submissions(w);
-			n += xi_path_post_pending(w);
+			int posted = xi_path_post_pending(w);
+			n += posted;
+			/* The answer is out (an expectation re-armed alone is not):
+			 * back to the NICs, where its echo and the peer's next
+			 * request come in. On shm the target applies writes in its
+			 * poll, so a watch held past the answer delays them. */
+			if (posted)
+				return n;
 		}
 		/* A clock read (vDSO) every 16 looks keeps the watch cheap. */
 		if ((i & 15) == 0 && xi_now_ns() >= end)
