@@ -343,3 +343,23 @@ def test_status_messages_fit_and_parse_as_untrusted():
     assert wire.imm(wire.DATA, 4096 + 5, 3) == wire.imm(wire.DATA, 5, 3)  # steps wrap at 4096
     with pytest.raises(ValueError):
         wire.imm(wire.DATA, 0, 1 << 16)
+
+
+@pytest.mark.parametrize("mode", plan.MODES)
+def test_data_parallel_attention_layout(mode):
+    """attention="dp": everything but the routed experts whole on every rank of
+    an instance, experts split. Every byte still lands once, and in the
+    published design the many replicas of one tensor are spread over the
+    members of its mesh (each (parameter, inference rank) pair to the member
+    that has sent least) instead of one member writing every copy."""
+    sh = models.trainer_shards(SMALL, 8, 4)
+    tg, sizes = models.inference_targets(SMALL, 2, 2, attention="dp")
+    s = plan.build(sh, tg, mode=mode, region_bytes=sizes)
+    emb = [t for t in tg if t.name == "embed"]
+    assert len(emb) == 4 and all(t.shape == (SMALL.vocab, SMALL.hidden) for t in emb)
+    experts = {j: {t.name.split(".")[3] for t in tg if t.rank == j and ".experts." in t.name} for j in range(4)}
+    assert experts[0] == experts[2] and not experts[0] & experts[1]  # EP over the instance
+    sm = s.summary()
+    assert sm["ingress"] == [sum(t.nbytes + t.scale_nbytes for t in tg if t.rank == j) for j in range(4)]
+    mean = sum(sm["egress"]) / 8
+    assert max(sm["egress"]) <= 1.5 * mean, sm["egress"]

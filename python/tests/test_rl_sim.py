@@ -80,3 +80,16 @@ def test_offload_charges_the_shards_that_go_to_the_gpu():
     on = sim.simulate(s, sim.Inputs(offload=True), node=4)["breakdown"]["h2d"]
     assert on > 0 and sim.simulate(s, sim.Inputs(offload=False), node=4)["breakdown"]["h2d"] == 0
     assert sim.simulate(s, sim.Inputs(offload=True, h2d_GBps=1.0), node=4)["breakdown"]["h2d"] > on
+
+
+def test_qwen3_stated_inference_layout_receives_the_published_bytes():
+    """The first write-up's schedule figure (Qwen3-235B, 128 -> 32) has every
+    inference GPU receiving 37.688 GB: what a GPU of an 8-GPU instance holds
+    with attention, embeddings and lm_head whole (data-parallel attention)
+    and the experts split 8 ways, FP8 with 128 x 128 scales (docs/rl.md)."""
+    for rank in (0, 5):
+        tg, _ = models.rank_targets(models.QWEN3_235B, rank, 8, attention="dp")
+        got = sum(t.nbytes + t.scale_nbytes for t in tg)
+        assert abs(got / 1e9 - 37.688) < 0.0005, got
+    tg, _ = models.rank_targets(models.QWEN3_235B, 0, 4)  # the table's rule: 4-GPU tensor-parallel instances
+    assert sum(t.nbytes + t.scale_nbytes for t in tg) / 1e9 > 59

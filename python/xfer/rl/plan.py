@@ -14,7 +14,9 @@ Two modes:
 * ``"published"``: the published design. Every parameter that a target uses
   is reassembled on one mesh of its replicas with ``full_tensor()`` (an
   all-gather, every member gets it), and any member of that mesh prepares
-  and sends.
+  and sends: each (parameter, inference rank) pair to the member that has
+  sent the fewest bytes so far (a band with several destinations may be
+  prepared by several members).
 
 Either way the work is balanced greedily (largest first) on the bytes each
 trainer NIC sends, over every replica mesh that holds the data, so that no
@@ -263,9 +265,12 @@ class _Planner:
         es = esize(p.dtype)
         nd = len(c.dests)
         if self.mode == "published":
+            # every member holds the full tensor: each (parameter, inference rank)
+            # pair goes to the member that has sent the fewest bytes so far
             mesh = self._mesh_choice(p)
-            r = min(mesh, key=self.egress.__getitem__)
-            self._emit_copy(c, pc, p, r, pc.rows, pc.cols, None)
+            n = pc.height * pc.width * es
+            for r, dests in self._split(mesh, c.dests, n):
+                self._emit_copy(c, pc, p, r, pc.rows, pc.cols, None, dests)
             return
         best = None
         for mesh, cp in p.meshes.items():
@@ -277,9 +282,21 @@ class _Planner:
         for r, rows, cols, _ in best[2]:
             self._emit_copy(c, pc, p, r, rows, cols, best[1])
 
-    def _emit_copy(self, c: _Content, pc, p: _Param, r: int, rows, cols, cp: Optional[_Copy]) -> None:
+    def _split(self, mesh: Tuple[int, ...], dests: List[Target], n: int) -> List[Tuple[int, List[Target]]]:
+        """Published mode: each destination (``n`` bytes to it) to the member of
+        ``mesh`` that has sent the fewest bytes so far; (rank, its destinations)
+        in the order of first use."""
+        by: Dict[int, List[Target]] = {}
+        for d in dests:
+            r = min(mesh, key=self.egress.__getitem__)
+            self.egress[r] += n
+            by.setdefault(r, []).append(d)
+        return list(by.items())
+
+    def _emit_copy(self, c: _Content, pc, p: _Param, r: int, rows, cols, cp: Optional[_Copy],
+                   to: Optional[List[Target]] = None) -> None:
         """Rows x cols of p, from rank r's shard on copy ``cp`` (None: from the
-        full tensor gathered there), to every destination of c."""
+        full tensor gathered there), to every destination of c (or those in ``to``)."""
         es = esize(p.dtype)
         full = cp is None
         if full:
@@ -292,13 +309,14 @@ class _Planner:
         n = rows[1] - rows[0]
         rb = (cols[1] - cols[0]) * es
         dests = []
-        for t in c.dests:
+        for t in (c.dests if to is None else to):
             W = t.shape[1]  # equal contents: the same pieces at the same places
             dr = pc.at[0] + rows[0] - pc.rows[0]
             dc = pc.at[1] + cols[0] - pc.cols[0]
             dests.append([t.rank, t.offset + (dr * W + dc) * es, W * es])
             self.expected[t.rank][r] += 1 if copy_is_contiguous(n, rb, src_stride, W * es) else n
-        self.egress[r] += n * rb * len(dests)
+        if to is None:  # published mode (``to``) has counted its bytes already
+            self.egress[r] += n * rb * len(dests)
         self._add(r, p.group, ["copy", p.order, p.name, full, src_off, src_stride, n, rb, dests])
 
     # ------------------------------------------------------------ preparation
@@ -332,12 +350,8 @@ class _Planner:
             for p in srcs[1:]:
                 if self._mesh_choice(p) != mesh:  # a source full_tensor()ed elsewhere: once more here
                     self._gather(p, mesh, -1)
-            owners = []
-            for b in bands:
-                r = min(mesh, key=self.egress.__getitem__)
-                self.egress[r] += band_bytes(b)
-                owners.append(r)
-            self._emit_preps(c, bands, owners, group, order)
+            assign = [self._split(mesh, c.dests, band_bytes(b) // len(c.dests)) for b in bands]
+            self._emit_preps(c, bands, assign, group, order)
             return
         common = set(srcs[0].meshes)
         for p in srcs[1:]:
@@ -373,29 +387,31 @@ class _Planner:
                 r = root[1]
             self.egress[r] += band_bytes(b)
             owners.append(r)
-        self._emit_preps(c, bands, owners, group, order)
+        self._emit_preps(c, bands, [[(r, c.dests)] for r in owners], group, order)
 
-    def _emit_preps(self, c: _Content, bands, owners, group: int, order: int) -> None:
+    def _emit_preps(self, c: _Content, bands, assign, group: int, order: int) -> None:
+        """``assign[i]``: the (rank, destinations) that prepare and write band i."""
         t = c.target  # every destination has the same shape, dtype and block
         es, W, fp8 = esize(t.dtype), t.shape[1], t.fp8
         ncb = -(-W // t.block)
         k = 2 if fp8 else 1
         exp = self.expected
         i = 0
-        while i < len(bands):  # merge consecutive bands prepared by the same rank
+        while i < len(bands):  # merge consecutive bands prepared by the same ranks for the same destinations
             j = i
-            while j + 1 < len(bands) and owners[j + 1] == owners[i]:
+            while j + 1 < len(bands) and assign[j + 1] == assign[i]:
                 j += 1
-            r0, r1, r = bands[i][0], bands[j][1], owners[i]
+            r0, r1 = bands[i][0], bands[j][1]
             doff = r0 * W * es
-            if fp8:
-                soff = (r0 // t.block) * ncb * 4
-                dests = [[d.rank, d.offset + doff, d.scale_offset + soff] for d in c.dests]
-            else:
-                dests = [[d.rank, d.offset + doff, -1] for d in c.dests]
-            for d in c.dests:
-                exp[d.rank][r] += k
-            self._add(r, group, ["prep", order, c.index, r0, r1, dests])
+            for r, to in assign[i]:
+                if fp8:
+                    soff = (r0 // t.block) * ncb * 4
+                    dests = [[d.rank, d.offset + doff, d.scale_offset + soff] for d in to]
+                else:
+                    dests = [[d.rank, d.offset + doff, -1] for d in to]
+                for d in to:
+                    exp[d.rank][r] += k
+                self._add(r, group, ["prep", order, c.index, r0, r1, dests])
             i = j + 1
 
     # ------------------------------------------------------------ driver

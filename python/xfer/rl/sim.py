@@ -107,6 +107,7 @@ class Scenario:
     tp: int = 0  # inference instance size; 0: the smallest power of two holding FP8 weights in half of HBM
     node: int = 8
     experts: str = "node"  # trainer layout of routed experts (models.trainer_shards; EXPERTS below)
+    attention: str = "tp"  # inference layout of the rest (models.ATTENTION_LAYOUTS)
 
     def instance(self, spec: models.ModelSpec) -> int:
         if self.tp:
@@ -121,7 +122,7 @@ def build(sc: Scenario, mode: str = "xfer"):
     if sc.ranks % tp:
         raise ValueError(f"{sc.ranks} inference ranks are not whole instances of {tp}")
     sh = models.trainer_shards(spec, sc.trainers, sc.node, experts=sc.experts)
-    tg, sizes = models.inference_targets(spec, sc.ranks // tp, tp)
+    tg, sizes = models.inference_targets(spec, sc.ranks // tp, tp, attention=sc.attention)
     t0 = time.process_time()
     s = plan.build(sh, tg, region_bytes=sizes, mode=mode, validate=False)
     return s, time.process_time() - t0, tp
