@@ -363,3 +363,24 @@ def test_data_parallel_attention_layout(mode):
     assert sm["ingress"] == [sum(t.nbytes + t.scale_nbytes for t in tg if t.rank == j) for j in range(4)]
     mean = sum(sm["egress"]) / 8
     assert max(sm["egress"]) <= 1.5 * mean, sm["egress"]
+
+
+@pytest.mark.parametrize("bad,why", [
+    (dict(offset=2 * 1024 + 1), "not aligned"),
+    (dict(dtype="float8_e4m3fn", scale_offset=-1), "scale_offset"),
+    (dict(dtype="float8_e4m3fn", scale_offset=1 << 20 | 2), "scale_offset"),
+    (dict(dtype="int3"), "unknown dtype"),
+    (dict(block=0), "block"),
+])
+def test_planner_refuses_a_misplaced_target(bad, why):
+    """The planner checks every target's placement (each destination, not only
+    the first of equal contents) and names the target."""
+    sh = models.trainer_shards(SMALL, 4, 2)
+    tg, sizes = models.inference_targets(SMALL, 2, 2)
+    i = max(j for j, t in enumerate(tg) if t.name == "embed")  # the second instance's copy of a replicated content
+    fields = dict(tg[i].__dict__)
+    fields.update(bad)
+    tg[i] = Target(**fields)
+    with pytest.raises(LayoutError, match=why) as e:
+        plan.build(sh, tg, region_bytes=[1 << 30] * 4)
+    assert "embed" in str(e.value) or why == "unknown dtype"
