@@ -93,3 +93,18 @@ def test_qwen3_stated_inference_layout_receives_the_published_bytes():
         assert abs(got / 1e9 - 37.688) < 0.0005, got
     tg, _ = models.rank_targets(models.QWEN3_235B, 0, 4)  # the table's rule: 4-GPU tensor-parallel instances
     assert sum(t.nbytes + t.scale_nbytes for t in tg) / 1e9 > 59
+
+
+def test_stated_qwen3_setup_rows(monkeypatch):
+    """The stated-setup rows run both plans at the inputs' rate and at the
+    write-up's measured link rate (on a small stand-in scenario here: the
+    full one is the CLI's)."""
+    monkeypatch.setattr(sim, "STATED_QWEN3", sim.Scenario("small-moe", 8, 4, tp=2, node=4, experts="across",
+                                                          attention="dp"))
+    rows = sim.stated(sim.Inputs())
+    assert [(r["mode"], r["link_GBps"] < 40) for r in rows] == [
+        ("xfer", False), ("xfer", True), ("published", False), ("published", True)]
+    assert abs(rows[1]["link_GBps"] - 16.133 / 0.441) < 1e-9
+    assert rows[1]["seconds"] > rows[0]["seconds"] and rows[3]["seconds"] > rows[2]["seconds"]
+    assert rows[2]["trainer_in_GB"] >= rows[0]["trainer_in_GB"] > 0  # experts across nodes: gather bytes in
+    assert "| published design |" in sim.stated_markdown(rows)
