@@ -84,10 +84,13 @@ class Inputs:
             with open(eng) as f:
                 d = json.load(f)
             self.submit_us = float(d["submit_us_p50"])
-            self.source["submit_us"] = f"measured: {os.path.basename(eng)} ({d.get('machine', '')}, {d.get('provider', '')})"
+            at = ", ".join(x for x in (d.get("machine", ""), d.get("provider", ""),
+                                       f"commit {d['commit']}" if "commit" in d else "",
+                                       f"load {d['loadavg_1min'][0]}" if "loadavg_1min" in d else "") if x)
+            self.source["submit_us"] = f"measured: {os.path.basename(eng)} ({at})"
             if "barrier_us_p50" in d:
                 self.barrier_us = float(d["barrier_us_p50"])
-                self.source["barrier_us"] = f"measured: {os.path.basename(eng)} (loopback, one host)"
+                self.source["barrier_us"] = f"measured: {os.path.basename(eng)} (two engines in one process, {at})"
         gpu = os.path.join(directory, "h200-prep.json")
         if os.path.exists(gpu):
             with open(gpu) as f:
