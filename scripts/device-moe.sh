@@ -19,10 +19,19 @@
 # 80) have passed the rest are listed as skipped, so that a hang cannot eat
 # the device time. About 100 s on one H200 by default; BUDGET=200 ORDER=full for the checks.
 #
-#   scripts/device-moe.sh OUT_DIR     (BUDGET=600 for all; DEVICE=cpu: a dry run of the CPU-capable
+#   scripts/device-moe.sh OUT_DIR [ORDER]  (BUDGET=600 for all; DEVICE=cpu: a dry run of the CPU-capable
 #                                      steps; TSCALE=N multiplies every step's timeout)
+#
+# ORDER diag (the second argument, or ORDER=diag): the benchmarks with the
+# kernels' own stamps (--trace: where each round's time goes, on one clock
+# for both processes), then the correctness checks, the engine path, and
+# variants (50 % SMs per rank, eager launches). In diag order a step starts
+# only if its timeout still fits in BUDGET (default 140 s), so the whole run
+# stays within it.
 set -uo pipefail
-out=${1:?usage: scripts/device-moe.sh OUT_DIR}
+out=${1:?usage: scripts/device-moe.sh OUT_DIR [figures|full|diag]}
+ORDER=${2:-${ORDER:-figures}}
+[ "$ORDER" = diag ] && BUDGET=${BUDGET:-140}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_LIBRARY=$PWD/build/libxfer_moe_cuda.so
@@ -44,7 +53,8 @@ note() { echo "$*" | tee -a "$out/summary.txt"; }
 step() { # name, timeout (s), command...
 	local name=$1 limit=$(($2 * ${TSCALE:-1}))
 	shift 2
-	if [ $((SECONDS - start)) -ge "$budget" ]; then
+	if [ $((SECONDS - start)) -ge "$budget" ] ||
+		{ [ "$ORDER" = diag ] && [ $((SECONDS - start + limit)) -gt "$budget" ]; }; then
 		note "$name: skipped (the ${budget} s budget is spent)"
 		skipped=$((skipped + 1))
 		return 0
@@ -119,7 +129,31 @@ step env 30 bash -c "nvidia-smi; nvidia-smi -q | grep -i -E 'compute mode|mig mo
 	$py -c 'from xfer import _moe_lib as m; print(\"libxfer_moe_cuda version\", m.g.cuda_version(), m.CUDA_LIBRARY_PATH)'; \
 	echo CUDA_MODULE_LOADING=\${CUDA_MODULE_LOADING:-unset} CUDA_DEVICE_MAX_CONNECTIONS=\${CUDA_DEVICE_MAX_CONNECTIONS:-unset}"
 
-if [ "${ORDER:-figures}" = figures ]; then
+if [ "$ORDER" = diag ]; then
+	# Where the time goes first (decode, prefill, with per-kernel stamps), then is it right
+	# (same-host checks, the engine path, a graph, 4 ranks), then A/B variants of this build.
+	step bench-decode-ipc 30 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
+		--json "$out/bench-decode-ipc.json"
+	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	step bench-prefill-ipc 40 $py $b --device "$dev" --shape prefill --world 2 --mode ipc --iters $iters --per-graph 20 \
+		$pf --trace --json "$out/bench-prefill-ipc.json"
+	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
+	[ "$dev" = cuda ] && step gpu-2-graph-ipc 25 $py $t --world 2 --device cuda --mode ipc --check graph
+	step gpu-4-ipc 30 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	# A/B: programmatic dependent launch (off by default), system-scope fences everywhere (as
+	# before), the waits in kernels of their own
+	step bench-decode-ipc-pdl 20 env XFER_MOE_PDL=1 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters $iters --trace
+	step gpu-2-ipc-pdl 25 env XFER_MOE_PDL=1 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	step bench-decode-ipc-sysfence 20 env XFER_MOE_SYS_FENCES=1 $py $b --device "$dev" --shape decode --world 2 \
+		--mode ipc --iters $iters --trace
+	step bench-decode-ipc-nofuse 20 env XFER_MOE_FUSE=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters $iters --trace
+	step bench-decode-engine 30 $py $b --device "$dev" --shape decode --world 2 --mode engine --iters 300 --per-graph 20 \
+		--trace --json "$out/bench-decode-engine.json"
+	step bench-decode-ipc-sm50 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
+		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
+elif [ "$ORDER" = figures ]; then
 	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
 	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).
 	step bench-decode-ipc 35 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --json "$out/bench-decode-ipc.json"

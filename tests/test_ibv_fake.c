@@ -9,7 +9,11 @@
  *             an rdma-core without reg_mr_iova2 gets plain ibv_reg_mr
  *             without the optional bits it would refuse;
  *   absent    with no libibverbs to load (XFER_IBVERBS_LIB names none),
- *             "ibverbs" is no provider and "auto" still makes an engine.
+ *             "ibverbs" is no provider and "auto" still makes an engine;
+ *   src       a received SEND names the connection whose message QP it
+ *             arrived on (src_is), nobody for a QP of no connection; a
+ *             HELLO or an added address that claims a known peer's uid from
+ *             another queue pair does not take its connection over.
  * A real device's registration of GPU memory is for the GPU machine. */
 #include <errno.h>
 #include <stddef.h>
@@ -18,6 +22,7 @@
 
 #include "backend/ibv/ibv_mr.h"
 #include "backend/ibv/ibv_nic.h"
+#include "backend/ibv/ibv_wire.h"
 #include "helpers.h"
 
 static struct record {
@@ -156,6 +161,164 @@ static int absent(void)
 	return 0;
 }
 
+/* ------------------------------------------------------ sender identity */
+
+static struct ibv_qp qps[16];
+static int nqps;
+static struct ibv_ah the_ah;
+static struct ibv_wc script[4];
+static int nscript;
+
+static struct ibv_qp *fake_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	(void)pd, (void)attr;
+	CHECK(nqps < 16);
+	qps[nqps].qp_num = 0x100 + (uint32_t)nqps * 7;
+	return &qps[nqps++];
+}
+static int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	(void)qp, (void)attr, (void)mask;
+	return 0;
+}
+static int fake_destroy_qp(struct ibv_qp *qp)
+{
+	qp->qp_num = 0xdead; /* a destroyed QP's number must not be looked up */
+	return 0;
+}
+static struct ibv_ah *fake_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	(void)pd, (void)attr;
+	return &the_ah;
+}
+static int fake_destroy_ah(struct ibv_ah *ah)
+{
+	(void)ah;
+	return 0;
+}
+static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	(void)cq;
+	int k = nscript < n ? nscript : n;
+	memcpy(wc, script, (size_t)k * sizeof(*wc));
+	nscript = 0;
+	return k;
+}
+
+static uint64_t add(struct xfer_nic *nic, uint64_t uid, uint32_t ud_qpn, int *ret)
+{
+	struct ibv_wire_addr a = {.link_layer = IBV_LINK_LAYER_ETHERNET, .port = 1, .mtu = 5,
+				  .ud_qpn = ud_qpn, .uid = uid};
+	a.gid[15] = (uint8_t)uid;
+	uint8_t b[IBV_ADDR_BYTES];
+	xi_ibv_addr_encode(&a, b);
+	uint64_t dest = UINT64_MAX;
+	*ret = xi_ibv_ops.av_insert(nic, b, sizeof(b), &dest);
+	return dest;
+}
+
+/* A SEND of ours from the message QP numbered qpn: the token it names. */
+static uint64_t recv_from(struct xfer_nic *nic, uint32_t qpn)
+{
+	static _Alignas(16) uint8_t ctx[NIC_CTX_BYTES];
+	struct ibv_req *r = (struct ibv_req *)ctx;
+	*r = (struct ibv_req){.op = REQ_RECV};
+	script[0] = (struct ibv_wc){.wr_id = (uint64_t)(uintptr_t)ctx, .status = IBV_WC_SUCCESS,
+				    .opcode = IBV_WC_RECV, .byte_len = 24, .qp_num = qpn};
+	nscript = 1;
+	struct nic_event ev;
+	CHECK(xi_ibv_ops.poll(nic, &ev, 1) == 1);
+	CHECK(ev.type == NIC_EV_RECV && ev.ctx == ctx && ev.status == 0 && ev.has_src);
+	return ev.src;
+}
+
+static void hello(struct ibv_nic *n, uint64_t uid, uint32_t ud_qpn)
+{
+	struct ibv_hello h = {.dst_uid = n->self.uid, .epoch = 1, .qpn = {0x900, 0x901}, .psn = {1, 2}};
+	h.src = (struct ibv_wire_addr){.link_layer = IBV_LINK_LAYER_ETHERNET, .port = 1, .mtu = 5,
+				       .ud_qpn = ud_qpn, .uid = uid};
+	h.src.gid[15] = (uint8_t)uid;
+	uint8_t b[40 + IBV_HELLO_BYTES] = {0};
+	xi_ibv_hello_encode(&h, b + 40);
+	xi_ibv_conn_on_ud_recv(n, b, sizeof(b), ud_qpn);
+}
+
+static int src_cases(void)
+{
+	static struct ibv_api sapi = {.create_qp = fake_create_qp, .modify_qp = fake_modify_qp,
+				      .destroy_qp = fake_destroy_qp, .create_ah = fake_create_ah,
+				      .destroy_ah = fake_destroy_ah, .poll_cq = fake_poll_cq};
+	static struct ibv_nic n; /* large: not on the stack */
+	n.api = &sapi;
+	n.link_layer = IBV_LINK_LAYER_ETHERNET;
+	n.self.uid = 0x5e1f;
+	n.next_tick_ns = UINT64_MAX; /* no connection timers here */
+	struct xfer_nic nic = {.priv = &n};
+	int ret;
+	uint64_t a = add(&nic, 0xa, 100, &ret);
+	CHECK_OK(ret);
+	uint64_t b = add(&nic, 0xb, 200, &ret);
+	CHECK_OK(ret);
+	CHECK(a != b);
+	const uint32_t a_msg = n.conns[a].qp[QP_MSG]->qp_num, a_data = n.conns[a].qp[QP_DATA]->qp_num;
+	const uint32_t b_msg = n.conns[b].qp[QP_MSG]->qp_num;
+
+	uint64_t s = recv_from(&nic, a_msg);
+	CHECK(xi_ibv_ops.src_is(&nic, s, a) == 1 && xi_ibv_ops.src_is(&nic, s, b) == 0);
+	s = recv_from(&nic, b_msg);
+	CHECK(xi_ibv_ops.src_is(&nic, s, b) == 1 && xi_ibv_ops.src_is(&nic, s, a) == 0);
+	/* SENDs never arrive on a data QP; a QP of nobody names nobody. */
+	CHECK(recv_from(&nic, a_data) == NIC_SRC_UNKNOWN);
+	CHECK(recv_from(&nic, 0x7777) == NIC_SRC_UNKNOWN);
+	CHECK(xi_ibv_ops.src_is(&nic, NIC_SRC_UNKNOWN, a) == 0);
+
+	/* A HELLO claiming a's uid from another UD queue pair changes nothing. */
+	uint32_t before = n.nconns;
+	hello(&n, 0xa, 999);
+	CHECK(n.nconns == before && n.conns[a].remote.ud_qpn == 100 && !n.conns[a].link.connected);
+	/* The real one connects a. */
+	hello(&n, 0xa, 100);
+	CHECK(n.conns[a].link.connected && n.conns[a].link.peer_qpn[QP_MSG] == 0x900);
+
+	/* A stranger's HELLO makes a passive connection, which names it... */
+	hello(&n, 0xc, 300);
+	CHECK(n.nconns == before + 1);
+	uint32_t c_idx = UINT32_MAX;
+	for (uint32_t i = 0; i < IBV_MAX_CONNS; i++)
+		if (n.conns[i].used && n.conns[i].remote.uid == 0xc)
+			c_idx = i;
+	CHECK(c_idx != UINT32_MAX && n.conns[c_idx].refs == 0);
+	const uint32_t c_msg = n.conns[c_idx].qp[QP_MSG]->qp_num;
+	s = recv_from(&nic, c_msg);
+	CHECK(s == c_idx);
+	/* ...but once the application adds uid 0xc at another address, that
+	 * address gets a connection of its own, and the claimant's QP names
+	 * nobody any more. */
+	uint64_t c = add(&nic, 0xc, 301, &ret);
+	CHECK_OK(ret);
+	CHECK(n.conns[c].remote.ud_qpn == 301 && n.conns[c].refs == 1);
+	CHECK(recv_from(&nic, c_msg) == NIC_SRC_UNKNOWN);
+	s = recv_from(&nic, n.conns[c].qp[QP_MSG]->qp_num);
+	CHECK(xi_ibv_ops.src_is(&nic, s, c) == 1);
+	/* Two added addresses with one uid: the second is refused. */
+	add(&nic, 0xc, 302, &ret);
+	CHECK_RC(ret, -EADDRINUSE);
+
+	/* A removed peer's QP names nobody (b never connected: it goes). */
+	CHECK_OK(xi_ibv_ops.av_remove(&nic, b));
+	CHECK(!n.conns[b].used);
+	CHECK(recv_from(&nic, b_msg) == NIC_SRC_UNKNOWN);
+	CHECK(xi_ibv_ops.src_is(&nic, b, b) == 0);
+	s = recv_from(&nic, a_msg);
+	CHECK(xi_ibv_ops.src_is(&nic, s, a) == 1);
+	xi_ibv_conn_destroy_all(&n);
+	CHECK(n.nconns == 0);
+	for (uint32_t i = 0; i < IBV_QPN_BUCKETS; i++)
+		CHECK(n.qpn_head[i] == 0);
+	printf("src: SENDs name their connection, forged hellos and claims take nothing over\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "mr";
@@ -163,6 +326,8 @@ int main(int argc, char **argv)
 		return mr_cases();
 	if (!strcmp(mode, "absent"))
 		return absent();
-	fprintf(stderr, "usage: %s mr|absent\n", argv[0]);
+	if (!strcmp(mode, "src"))
+		return src_cases();
+	fprintf(stderr, "usage: %s mr|absent|src\n", argv[0]);
 	return 2;
 }

@@ -65,7 +65,7 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dev = torch.device("cuda" if gpu else "cpu")
     T, H, K, E = spec["max_tokens"], spec["hidden"], spec["topk"], spec["experts"]
-    kw = moe_ranks._moe_kwargs({**spec, "timeout_ms": 60000})
+    kw = moe_ranks._moe_kwargs({**spec, "timeout_ms": spec.get("timeout_ms", 10000)})
     group = moe.RankGroup(rank, world, all_gather, host_of=spec.get("host_of"))
     ep = moe.MoE(group, dispatch_dtype=torch.float8_e4m3fn, device=dev, **kw)
     g = torch.Generator().manual_seed(1234 + rank)
@@ -154,6 +154,9 @@ def bench_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str, Any]
         st = log.view(-1, 6).cpu().tolist()[:iters]
         res["stamps"] = st
         res["wall_s"] = wall
+        tr = ep.kernel_trace()
+        if tr is not None:  # the timed rounds only (the device counts rounds from 1)
+            res["trace"] = [r for r in tr if r[0] > warm][-iters:]
         ep.check()
     stats = ep.stats()
     res["proxy"] = {"rounds": stats.rounds, "busy_ns": stats.busy_ns, "route_to_recv_ns": stats.route_to_recv_ns,
@@ -176,6 +179,77 @@ def phases_from_stamps(st: List[List[int]]) -> Dict[str, List[float]]:
     return out
 
 
+def trace_report(res: List[Dict[str, Any]]) -> List[str]:
+    """Where a round's time goes, from the kernels' own stamps
+    (XFER_MOE_TRACE=1): per rank and kernel the run time (first block's
+    start to last block's end) and the gap before it (its start minus the
+    end of the kernel before it on that rank's stream: launch or scheduling
+    delay, e.g. SMs held by the other process); per wait, how long after the
+    peer's kernel that raised its flag it ended; and one median round of
+    every rank on one clock."""
+    from xfer import _moe_lib as ml
+
+    names = list(ml.TRACE_POINTS)
+    W = len(res)
+    per: List[Dict[int, List[int]]] = []
+    for r in res:
+        per.append({row[0]: row[1:] for row in r.get("trace") or []})
+    common = sorted(set.intersection(*[set(p) for p in per])) if per and all(per) else []
+    if not common:
+        return ["trace: none (run with --trace)"]
+    out = [f"kernel trace: {len(common)} rounds; run = first block start to last block end, gap = start minus "
+           "the previous kernel's end on the same stream (us)"]
+    hdr = f"{'kernel':<12}" + "".join(f"{f'r{i} run p50':>12}{'p99':>8}{'gap p50':>9}{'p99':>8}" for i in range(W))
+    out.append(hdr)
+    for k, name in enumerate(names):
+        row, seen = f"{name:<12}", False
+        for i in range(W):
+            run, gap = [], []
+            for rnd in common:
+                t = per[i][rnd]
+                s0, e0 = t[2 * k], t[2 * k + 1]
+                if not s0 or not e0:
+                    continue
+                seen = True
+                run.append((e0 - s0) / 1e3)
+                prev = next((t[2 * j + 1] for j in range(k - 1, -1, -1) if t[2 * j + 1]), 0)
+                if k == 0 and rnd - 1 in per[i]:  # the route kernel: after the round before
+                    prev = per[i][rnd - 1][2 * (len(names) - 1) + 1]
+                if prev:
+                    gap.append((s0 - prev) / 1e3)
+            row += f"{pct(run, 50):>12.1f}{pct(run, 99):>8.1f}{pct(gap, 50):>9.1f}{pct(gap, 99):>8.1f}"
+        if seen:
+            out.append(row)
+    # waits against the peer kernel that raises their flag (same-host flags)
+    producers = {"wait_recv": ("pack", 0), "wait_crecv": ("comb_send", 0), "wait_send": ("shuffle", -1)}
+    for wname, (pname, back) in producers.items():
+        k, pk = names.index(wname), names.index(pname)
+        for i in range(W):
+            lat = []
+            for rnd in common:
+                t = per[i][rnd]
+                if not t[2 * k + 1]:
+                    continue
+                ends = [per[j].get(rnd + back, [0] * 20)[2 * pk + 1] for j in range(W) if j != i]
+                if ends and all(ends):
+                    lat.append((t[2 * k + 1] - max(ends)) / 1e3)
+            if lat:
+                out.append(f"rank {i}: {wname} ends {pct(lat, 50):.1f} us p50 / {pct(lat, 99):.1f} p99 after the "
+                           f"last peer's {pname}{' of the round before' if back else ''} ended")
+    # one round (the median by the slowest rank's route-to-combine-end), every rank on one clock
+    def span(rnd: int) -> int:
+        t0 = min(per[i][rnd][0] for i in range(W) if per[i][rnd][0])
+        return max(per[i][rnd][2 * names.index("comb_recv") + 1] for i in range(W)) - t0
+    mid = sorted(common, key=span)[len(common) // 2]
+    t0 = min(per[i][mid][0] for i in range(W) if per[i][mid][0])
+    out.append(f"round {mid} (median span {span(mid) / 1e3:.1f} us), us from its first route start:")
+    for i in range(W):
+        t = per[i][mid]
+        out.append(f"  rank {i}: " + "  ".join(f"{n} {(t[2 * k] - t0) / 1e3:.1f}-{(t[2 * k + 1] - t0) / 1e3:.1f}"
+                                              for k, n in enumerate(names) if t[2 * k] and t[2 * k + 1]))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, default="decode")
@@ -190,10 +264,20 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, help="override the shape's tokens per rank")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--eager", action="store_true", help="launch every round from Python (no CUDA graph)")
+    ap.add_argument("--trace", action="store_true", help="the kernels stamp their start and end (XFER_MOE_TRACE=1): "
+                    "where a round's time goes")
+    ap.add_argument("--sm-percent", type=int, help="each rank's share of the GPU's SMs under MPS "
+                    "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), e.g. 50 for 2 ranks: as if each had a GPU of its own")
+    ap.add_argument("--timeout-ms", type=int, default=10000, help="the round deadline: a stuck round fails "
+                    "naming the rank after this")
     a = ap.parse_args()
+    if a.trace:
+        os.environ["XFER_MOE_TRACE"] = "1"
+    if a.sm_percent:
+        os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.sm_percent)
     spec: Dict[str, Any] = dict(SHAPES[a.shape], world=a.world, device=a.device, provider=a.provider,
                                 gpu_wait=a.gpu_wait, iters=a.iters, warmup=a.warmup, per_graph=a.per_graph,
-                                graph=not a.eager)
+                                graph=not a.eager, timeout_ms=a.timeout_ms)
     if a.max_tokens:
         spec["max_tokens"] = a.max_tokens
     T, W, K = spec["max_tokens"], a.world, spec["topk"]
@@ -224,6 +308,7 @@ def main() -> int:
           f"device {a.device}, mode {a.mode}, provider {a.provider}, wait {res[0]['wait']}, "
           f"MPS {'on' if res[0].get('mps') else 'off (time-sliced if ranks share a GPU)'}, "
           f"{'CUDA graphs' if res[0].get('graph') else 'eager launches'}, "
+          f"{'SMs ' + str(a.sm_percent) + '% per rank, ' if a.sm_percent else ''}"
           f"{spec['max_tokens']} tokens x {spec['hidden']} per rank, top-{K} of {spec['experts']}, fp8 "
           f"dispatch / bf16 combine, {n} rounds, {took:.0f} s in all")
     print(f"{'phase (us)':<16}" + "".join(f"{'rank ' + str(i) + ' p50':>13}{'p99':>9}" for i in range(W))
@@ -245,6 +330,9 @@ def main() -> int:
               f"{100 * busy / round_us if round_us else 0:.1f}% of dispatch+combine p50 ({round_us:.1f} us); "
               f"route seen -> receive flag {px['route_to_recv_ns'] / max(1, px['rounds']) / 1e3:.1f} us; "
               f"remote ranks {r['remote_ranks']}")
+    if any("trace" in r for r in res):
+        for line in trace_report(res):
+            print(line)
     if a.shape in PUBLISHED and a.device != "cpu":
         d50, c50 = pct(slowest["dispatch"], 50), pct(slowest["combine"], 50)
         pub = PUBLISHED[a.shape]

@@ -39,6 +39,13 @@ def _unframe(b: bytes) -> List[bytes]:
 
 
 def _child(conn, rank: int, world: int, fn_name: str, spec: Dict[str, Any]) -> None:
+    import faulthandler
+    import signal
+
+    # A crash, or a kill by a step's timeout, prints every thread's Python
+    # stack to stderr first (the device logs had only "signal 11" at teardown).
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     sys.path.insert(0, HERE)
     sys.path.insert(1, os.path.dirname(HERE))
     try:

@@ -20,8 +20,12 @@ PADDED, PACKED = 0, 1
 WAIT_KERNEL, WAIT_STREAM = 0, 1
 AUTO = 0xFFFFFFFF  # XFER_MOE_AUTO
 SCALE_BLOCK = 128
+# xfer_moe_cuda_trace (XFER_MOE_TRACE=1): rounds kept, and the points of a round in launch order
+TRACE_ROUNDS = 1024
+TRACE_POINTS = ("route", "wait_send", "pack", "wait_recv", "plan", "shuffle", "wait_csend", "comb_send",
+                "wait_crecv", "comb_recv")
 TOPK_MAX = 32
-CUDA_VERSION = 2  # XFER_MOE_CUDA_VERSION: the libxfer_moe_cuda.so this binding speaks to
+CUDA_VERSION = 3  # XFER_MOE_CUDA_VERSION: the libxfer_moe_cuda.so this binding speaks to
 
 
 class Config(Structure):
@@ -109,6 +113,7 @@ _CUDA_PROTOS = {
     "xfer_moe_cuda_mps_enabled": (c_int, c_int),
     "xfer_moe_cuda_kernels_loaded": (c_int, P),
     "xfer_moe_cuda_debug": (c_int, P, c_char_p, c_size_t),
+    "xfer_moe_cuda_trace": (c_int, P, P, c_size_t),
     "xfer_moe_cuda_release": (None, P),
     "xfer_moe_cuda_destroy": (None, P),
 }

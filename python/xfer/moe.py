@@ -638,6 +638,33 @@ class MoE:
             out.append(self._device_debug(timeout))
         return "\n".join(out)
 
+    def kernel_trace(self) -> Optional[List[List[int]]]:
+        """Per-kernel GPU stamps of the last rounds (up to 1,024), when the
+        object was made with XFER_MOE_TRACE=1 in the environment, else None:
+        one list per round, oldest first, [round, start0, end0, start1, ...]
+        in ns on the GPU's global timer (one clock for every process of the
+        device), the kernels in launch order (ml.TRACE_POINTS), 0 for one
+        that did not run. Read on a stream of its own: call it once the
+        device is idle."""
+        if not self._g:
+            return None
+        n = 2 * (len(ml.TRACE_POINTS) + 1) * ml.TRACE_ROUNDS
+        buf = (ctypes.c_uint64 * n)()
+        got = ml.g.cuda_trace(self._g, buf, n)
+        if got < 0:
+            raise error_for(got, "xfer_moe_cuda_trace", ml.cuda_error())
+        if got == 0:
+            return None
+        per = 2 * (len(ml.TRACE_POINTS) + 1)
+        rounds = []
+        for i in range(ml.TRACE_ROUNDS):
+            row = buf[i * per:(i + 1) * per]
+            rnd = row[2 * len(ml.TRACE_POINTS)]
+            if rnd:
+                rounds.append([rnd] + list(row[:2 * len(ml.TRACE_POINTS)]))
+        rounds.sort(key=lambda r: r[0])
+        return rounds
+
     def _device_debug(self, timeout: float) -> str:
         """The device half of debug_state, on a thread of its own: the driver
         can hold a call back (a context synchronization waiting for a

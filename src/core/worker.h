@@ -153,6 +153,8 @@ struct worker {
 	int epfd;
 	bool all_nics_have_fd;
 	uint64_t doze_ns; /* next sleep without a NIC wait object */
+	uint64_t reply_watch_ns; /* busy-poll with cores to spare: see await_reply (core/loop.c) */
+	uint32_t arrivals;  /* immediates and messages from peers polled this turn */
 };
 
 /* Stops posting the rest of op (cancel, deadline, stop, failure); what is

@@ -207,9 +207,49 @@ static void apply(struct ibv_nic *n, uint32_t idx, int act, uint64_t now)
 	}
 }
 
+static uint32_t qpn_bucket(uint32_t qpn)
+{
+	return (qpn * 2654435761u) >> 20 & (IBV_QPN_BUCKETS - 1);
+}
+
+/* QPs keep their numbers across resets (qp_recycle), so a connection is
+ * indexed once, from creation to destruction. */
+static void qpn_index(struct ibv_nic *n, uint32_t idx)
+{
+	struct ibv_conn *c = &n->conns[idx];
+	uint32_t b = qpn_bucket(c->qp[QP_MSG]->qp_num);
+	c->qpn_next = n->qpn_head[b];
+	n->qpn_head[b] = idx + 1;
+	c->indexed = true;
+}
+
+static void qpn_unindex(struct ibv_nic *n, uint32_t idx)
+{
+	struct ibv_conn *c = &n->conns[idx];
+	if (!c->indexed)
+		return;
+	uint32_t *link = &n->qpn_head[qpn_bucket(c->qp[QP_MSG]->qp_num)];
+	while (*link && *link != idx + 1)
+		link = &n->conns[*link - 1].qpn_next;
+	if (*link)
+		*link = c->qpn_next;
+	c->indexed = false;
+}
+
+uint32_t xi_ibv_conn_of_msg_qpn(const struct ibv_nic *n, uint32_t qpn)
+{
+	for (uint32_t i = n->qpn_head[qpn_bucket(qpn)]; i; i = n->conns[i - 1].qpn_next) {
+		const struct ibv_conn *c = &n->conns[i - 1];
+		if (c->used && c->qp[QP_MSG]->qp_num == qpn)
+			return i - 1;
+	}
+	return UINT32_MAX;
+}
+
 static void conn_destroy(struct ibv_nic *n, uint32_t idx)
 {
 	struct ibv_conn *c = &n->conns[idx];
+	qpn_unindex(n, idx);
 	if (n->chain.n && n->chain.conn == idx)
 		xi_ibv_post_chain_flush(n);
 	xi_ibv_post_fail_queue(n, idx, -ECONNABORTED);
@@ -282,6 +322,7 @@ static int conn_new(struct ibv_nic *n, const struct ibv_wire_addr *remote, uint3
 		conn_destroy(n, idx);
 		return ret;
 	}
+	qpn_index(n, idx);
 	xi_ibv_link_init(&c->link);
 	c->active_ns = xi_ibv_now_ns();
 	c->hello_gap_ns = HELLO_FIRST_NS;
@@ -298,9 +339,29 @@ static uint32_t conn_find(const struct ibv_nic *n, uint64_t uid)
 	return UINT32_MAX;
 }
 
+/* Whether two addresses name the same UD queue pair on the same port. A
+ * connection is bound to the address it was made for: the sender identity
+ * of src_is rests on that. */
+static bool same_place(const struct ibv_wire_addr *a, const struct ibv_wire_addr *b)
+{
+	return a->ud_qpn == b->ud_qpn && a->lid == b->lid && !memcmp(a->gid, b->gid, sizeof(a->gid));
+}
+
 int xi_ibv_conn_get(struct ibv_nic *n, const struct ibv_wire_addr *remote, bool passive, uint32_t *idx)
 {
 	uint32_t i = conn_find(n, remote->uid);
+	if (i != UINT32_MAX && !same_place(&n->conns[i].remote, remote)) {
+		/* Someone else claimed this uid first (a HELLO names any uid it
+		 * likes): the application's address wins over an idle passive
+		 * connection; two added addresses with one uid are refused. */
+		struct ibv_conn *c = &n->conns[i];
+		if (passive || c->refs || c->outstanding[0] || c->outstanding[1])
+			return -EADDRINUSE;
+		xinfo("dropping a passive connection that claimed peer NIC %016llx from another address",
+		      (unsigned long long)remote->uid);
+		conn_destroy(n, i);
+		i = UINT32_MAX;
+	}
 	if (i == UINT32_MAX) {
 		int ret = conn_new(n, remote, &i);
 		if (ret)
@@ -347,6 +408,11 @@ void xi_ibv_conn_on_ud_recv(struct ibv_nic *n, const uint8_t *buf, uint32_t len,
 	xdbg("hello from %016llx: epoch %u, ack %u%s", (unsigned long long)h.src.uid, h.epoch, h.ack_epoch,
 	     h.flags & IBV_HELLO_READY ? ", ready" : "");
 	uint32_t idx = conn_find(n, h.src.uid);
+	if (idx != UINT32_MAX && !same_place(&n->conns[idx].remote, &h.src)) {
+		xdbg("dropping a hello for peer NIC %016llx from another queue pair (%u, not %u)",
+		     (unsigned long long)h.src.uid, h.src.ud_qpn, n->conns[idx].remote.ud_qpn);
+		return;
+	}
 	if (idx == UINT32_MAX && xi_ibv_conn_get(n, &h.src, true, &idx))
 		return;
 	struct ibv_conn *c = &n->conns[idx];

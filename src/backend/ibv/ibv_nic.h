@@ -21,6 +21,8 @@
 #define IBV_UD_SENDS 32
 #define IBV_UD_SLOT 256     /* GRH (40) + a HELLO, rounded */
 #define IBV_BACKLOG 32
+/* Buckets of the message-QP index (a power of two, twice the table). */
+#define IBV_QPN_BUCKETS 4096
 
 enum { QP_MSG = 0, QP_DATA = 1 };
 enum { REQ_SEND = 1, REQ_WRITE, REQ_RECV };
@@ -63,6 +65,8 @@ struct ibv_conn {
 	uint64_t active_ns;       /* last handshake or traffic, for evicting passive conns */
 	uint8_t last_wqe;         /* bit per QP: IBV_EVENT_QP_LAST_WQE_REACHED seen */
 	bool was_ready;           /* the link has been up: requests no longer wait for it */
+	bool indexed;             /* qp[QP_MSG] is in the NIC's qpn index */
+	uint32_t qpn_next;        /* next connection in the same qpn bucket, + 1 (0: none) */
 };
 
 struct ibv_nic {
@@ -103,6 +107,10 @@ struct ibv_nic {
 	uint8_t rc_timeout, rc_retry, rnr_retry, min_rnr_timer;
 	uint32_t nconns;
 	struct ibv_conn conns[IBV_MAX_CONNS];
+	/* Message QP number -> connection (+ 1; 0: empty), chained through
+	 * ibv_conn.qpn_next: a received SEND names its sender by the local QP it
+	 * arrived on (src_is), without a scan of the table per message. */
+	uint32_t qpn_head[IBV_QPN_BUCKETS];
 };
 
 static inline struct ibv_req *req_of(void *ctx)
@@ -131,6 +139,8 @@ void xi_ibv_conn_failed(struct ibv_nic *n, uint32_t c, int status);
 uint64_t xi_ibv_conn_tick(struct ibv_nic *n, uint64_t now);
 void xi_ibv_conn_async_events(struct ibv_nic *n);
 bool xi_ibv_conn_ready(const struct ibv_nic *n, uint32_t c);
+/* The connection whose message QP has number qpn, or UINT32_MAX. */
+uint32_t xi_ibv_conn_of_msg_qpn(const struct ibv_nic *n, uint32_t qpn);
 
 /* ibv_post.c */
 void xi_ibv_post_chain_flush(struct ibv_nic *n);
@@ -157,6 +167,7 @@ int xi_ibvb_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ct
 int xi_ibvb_poll(struct xfer_nic *nic, struct nic_event *ev, int max);
 int xi_ibvb_wait_fd(struct xfer_nic *nic);
 int xi_ibvb_trywait(struct xfer_nic *nic);
+int xi_ibvb_src_is(struct xfer_nic *nic, uint64_t src, uint64_t dest);
 extern struct backend_ops xi_ibv_ops;
 
 #endif

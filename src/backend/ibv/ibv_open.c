@@ -417,6 +417,7 @@ struct backend_ops xi_ibv_ops = {
 	.poll = xi_ibvb_poll,
 	.wait_fd = xi_ibvb_wait_fd,
 	.trywait = xi_ibvb_trywait,
+	.src_is = xi_ibvb_src_is,
 };
 
 /* ------------------------------------------------------------- probes */

@@ -57,8 +57,18 @@ static int translate(struct ibv_nic *n, const struct ibv_wc *wc, struct nic_even
 		if (r->op == REQ_RECV) {
 			ev->type = NIC_EV_RECV;
 			ev->len = wc->byte_len;
-			if (status)
+			if (status) {
 				recv_failed(n, wc, status);
+				return 1;
+			}
+			/* The sender is the peer the receiving RC queue pair was
+			 * connected for: an RC QP takes packets from its one remote
+			 * QP only, and that QP was announced by a handshake from the
+			 * address the connection was made for. A QP of no connection
+			 * (destroyed since) names nobody. */
+			uint32_t c = xi_ibv_conn_of_msg_qpn(n, wc->qp_num);
+			ev->has_src = true;
+			ev->src = c == UINT32_MAX ? NIC_SRC_UNKNOWN : c;
 			return 1;
 		}
 		ev->type = NIC_EV_TX;
@@ -154,6 +164,13 @@ int xi_ibvb_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 		xi_ibv_post_imm_refill(n);
 	xi_ibv_post_chain_flush(n);
 	return out;
+}
+
+int xi_ibvb_src_is(struct xfer_nic *nic, uint64_t src, uint64_t dest)
+{
+	const struct ibv_nic *n = nic->priv;
+	/* Tokens are connection indices: dest (from av_insert) is one too. */
+	return src != NIC_SRC_UNKNOWN && src == dest && dest < IBV_MAX_CONNS && n->conns[dest].used;
 }
 
 int xi_ibvb_wait_fd(struct xfer_nic *nic)

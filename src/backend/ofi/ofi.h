@@ -1,6 +1,7 @@
 /* The libfabric backend: its per-NIC state and every function its files
  * share (ofi_open.c: provider choice, opening, error mapping; ofi_mr.c:
- * registration; ofi_ops.c: address vector, posting, polling). */
+ * registration; ofi_ops.c: address vector, posting, polling; ofi_conn.c:
+ * resetting verbs connections that failed). */
 #ifndef XFER_OFI_H
 #define XFER_OFI_H
 
@@ -13,6 +14,12 @@
 
 #include "backend/backend.h"
 
+/* What ofi_conn.c keeps per address-vector entry (verbs only). */
+struct ofi_dest {
+	uint32_t inflight; /* our requests posted and not yet completed */
+	bool broken;       /* its connection failed: reset once inflight is 0 */
+};
+
 struct ofi_nic {
 	struct fi_info *info;
 	struct fid_fabric *fabric;
@@ -23,6 +30,10 @@ struct ofi_nic {
 	int wait_fd;
 	uint64_t mr_mode;
 	bool source; /* FI_SOURCE: completions of receives name their sender */
+	/* verbs;ofi_rxm: connections whose queue pair failed are reset (ofi_conn.c). */
+	bool track;
+	struct ofi_dest *dests; /* by fi_addr */
+	uint32_t ndests, nbroken;
 };
 
 /* The backend's ops table (ofi_open.c), for the registry. */
@@ -30,6 +41,16 @@ extern const struct backend_ops xi_ofi_backend;
 
 /* libfabric's codes above 255 have no errno twin; map them to ours. */
 int xi_ofi_errno(int fi_ret);
+
+/* ofi_conn.c: resetting rxm connections over verbs after an error. */
+bool xi_ofi_conn_tracking(const struct fi_info *fi);
+int xi_ofi_conn_added(struct ofi_nic *o, uint64_t dest);
+void xi_ofi_conn_posted(struct ofi_nic *o, uint64_t dest, void *ctx);
+/* A request completed; own_error: it failed for a reason of its own (not
+ * flushed behind another), which leaves the queue pair in the error state. */
+void xi_ofi_conn_done(struct xfer_nic *nic, struct ofi_nic *o, void *ctx, bool own_error);
+void xi_ofi_conn_reset_idle(struct xfer_nic *nic, struct ofi_nic *o);
+int xi_ofi_verbs_errno(int prov_errno, int fallback);
 
 /* ofi_mr.c */
 int xi_ofi_mr_reg(struct xfer_nic *nic, void *buf, size_t len, uint64_t key, unsigned access,

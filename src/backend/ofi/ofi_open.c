@@ -218,6 +218,7 @@ static void ofi_close(struct xfer_nic *nic)
 		fi_close(&o->fabric->fid);
 	if (o->info)
 		fi_freeinfo(o->info);
+	free(o->dests);
 	free(o);
 	nic->priv = NULL;
 }
@@ -325,6 +326,18 @@ static bool may_open_verbs(const char *provider)
 	return !provider || !*provider || !strcmp(provider, "auto") || strstr(provider, "verbs");
 }
 
+/* ofi_rxm closes the hidden connection of an address-vector entry on
+ * fi_av_remove only with FI_AV_REMOVE_CLEANUP on (libfabric's default is
+ * off): that removal is how a verbs connection whose queue pair failed is
+ * reset (ofi_conn.c), so it is on where an RDMA device is present, unless
+ * the user chose. Also read once, at init. With it, removing a peer closes its connection too: what the peer
+ * had in flight to us fails there, and its next request redials. */
+static void av_remove_cleanup(void)
+{
+	if (xi_ibv_min_cqe() > 0) /* only where an RDMA device is there */
+		setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
+}
+
 static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char *domain);
 
 static int ofi_open(struct xfer_nic *nic, const char *provider, const char *domain)
@@ -334,8 +347,10 @@ static int ofi_open(struct xfer_nic *nic, const char *provider, const char *doma
 	pthread_mutex_lock(&first_lock);
 	if (!first_done) {
 		no_mr_cache();
-		if (may_open_verbs(provider))
+		if (may_open_verbs(provider)) {
 			fit_rxm_cq();
+			av_remove_cleanup();
+		}
 	}
 	first_done = true;
 	pthread_mutex_unlock(&first_lock);
@@ -367,6 +382,10 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	fi = o->info;
 	o->mr_mode = fi->domain_attr->mr_mode;
 	o->source = (fi->caps & FI_SOURCE) != 0;
+	o->track = xi_ofi_conn_tracking(fi);
+	if (!o->track && strstr(fi->fabric_attr->prov_name, "verbs"))
+		xinfo("%s: a connection whose queue pair failed is not reset (FI_AV_REMOVE_CLEANUP off, "
+		      "or the provider asks for FI_CONTEXT2)", fi->fabric_attr->prov_name);
 
 	int ret = fi_fabric(fi->fabric_attr, &o->fabric, NULL);
 	if (!ret)

@@ -21,6 +21,11 @@ int xi_ofi_av_insert(struct xfer_nic *nic, const void *addr, size_t len, uint64_
 	int ret = fi_av_insert(o->av, addr, 1, &fa, 0, NULL);
 	if (ret != 1)
 		return ret < 0 ? xi_ofi_errno(ret) : -EINVAL;
+	ret = xi_ofi_conn_added(o, fa);
+	if (ret) {
+		fi_av_remove(o->av, &fa, 1, 0);
+		return ret;
+	}
 	*dest = fa;
 	return 0;
 }
@@ -29,14 +34,35 @@ int xi_ofi_av_remove(struct xfer_nic *nic, uint64_t dest)
 {
 	struct ofi_nic *o = nic->priv;
 	fi_addr_t fa = dest;
+	if (o->track && dest < o->ndests && o->dests[dest].broken) {
+		o->dests[dest].broken = false; /* nothing left to reset */
+		o->nbroken--;
+	}
 	return xi_ofi_errno(fi_av_remove(o->av, &fa, 1, 0));
+}
+
+/* verbs: a destination whose connection failed takes nothing until rxm has
+ * dropped it (ofi_conn.c); the core suspects the peer and probes it. */
+static bool broken(const struct ofi_nic *o, uint64_t dest)
+{
+	return o->track && (dest >= o->ndests || o->dests[dest].broken);
+}
+
+/* A posted request (ret 0) is counted against its destination. */
+static int posted(struct ofi_nic *o, uint64_t dest, void *ctx, ssize_t ret)
+{
+	if (ret == 0 && o->track)
+		xi_ofi_conn_posted(o, dest, ctx);
+	return xi_ofi_errno((int)ret);
 }
 
 int xi_ofi_post_send(struct xfer_nic *nic, uint64_t dest, const void *buf, size_t len, void *desc,
 		  void *ctx)
 {
 	struct ofi_nic *o = nic->priv;
-	return xi_ofi_errno((int)fi_send(o->ep, buf, len, desc, dest, ctx));
+	if (broken(o, dest))
+		return -ENOTCONN;
+	return posted(o, dest, ctx, fi_send(o->ep, buf, len, desc, dest, ctx));
 }
 
 int xi_ofi_post_recv(struct xfer_nic *nic, void *buf, size_t len, void *desc, void *ctx)
@@ -49,6 +75,8 @@ int xi_ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx
 {
 	struct ofi_nic *o = nic->priv;
 	ssize_t ret;
+	if (broken(o, w->dest))
+		return -ENOTCONN;
 	if (w->len == 0) {
 		/* Immediate only. Delivery-complete adds nothing without data, and
 		 * shm 1.17 never completes a zero-length write that asks for it. */
@@ -59,19 +87,20 @@ int xi_ofi_post_write(struct xfer_nic *nic, const struct nic_write *w, void *ctx
 					 .rma_iov = &rma, .rma_iov_count = 1, .context = ctx,
 					 .data = w->imm};
 		uint64_t flags = FI_COMPLETION | FI_TRANSMIT_COMPLETE | (w->has_imm ? FI_REMOTE_CQ_DATA : 0);
-		return xi_ofi_errno((int)fi_writemsg(o->ep, &msg, flags));
+		return posted(o, w->dest, ctx, fi_writemsg(o->ep, &msg, flags));
 	}
 	if (w->has_imm)
 		ret = fi_writedata(o->ep, w->buf, w->len, w->desc, w->imm, w->dest, w->raddr, w->rkey,
 				   ctx);
 	else
 		ret = fi_write(o->ep, w->buf, w->len, w->desc, w->dest, w->raddr, w->rkey, ctx);
-	return xi_ofi_errno((int)ret);
+	return posted(o, w->dest, ctx, ret);
 }
 
-static void translate(const struct fi_cq_data_entry *c, fi_addr_t from, bool source,
-		      struct nic_event *ev)
+static void translate(struct xfer_nic *nic, struct ofi_nic *o, const struct fi_cq_data_entry *c,
+		      fi_addr_t from, struct nic_event *ev)
 {
+	bool source = o->source;
 	memset(ev, 0, sizeof(*ev));
 	if ((c->flags & FI_REMOTE_WRITE) || (c->flags & FI_REMOTE_CQ_DATA && !(c->flags & FI_RECV))) {
 		ev->type = NIC_EV_REMOTE_WRITE;
@@ -85,6 +114,8 @@ static void translate(const struct fi_cq_data_entry *c, fi_addr_t from, bool sou
 	} else {
 		ev->type = NIC_EV_TX;
 		ev->ctx = c->op_context;
+		if (o->track && ev->ctx)
+			xi_ofi_conn_done(nic, o, ev->ctx, false);
 	}
 }
 
@@ -102,7 +133,15 @@ static int read_error(struct xfer_nic *nic, struct ofi_nic *o, struct nic_event 
 	ev->status = xi_ofi_errno(-err.err);
 	if (ev->status == 0)
 		ev->status = -EIO;
+	/* verbs passes the work completion's status up: a rejected key is
+	 * -EACCES (the request's own failure, not the peer's), a request flushed
+	 * behind a failed one -ECONNRESET (retried by the application), as on
+	 * the raw backend. */
+	if (o->track)
+		ev->status = xi_ofi_verbs_errno(err.prov_errno, ev->status);
 	xdbg("completion error on %s: %s (prov %d)", nic->domain, fi_strerror(err.err), err.prov_errno);
+	if (o->track && ev->ctx && ev->type == NIC_EV_TX)
+		xi_ofi_conn_done(nic, o, ev->ctx, ev->status != -ECONNRESET);
 	return ev->ctx ? 1 : 0;
 }
 
@@ -124,7 +163,7 @@ int xi_ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 					: fi_cq_read(o->cq, c, (size_t)want);
 		if (got > 0) {
 			for (ssize_t i = 0; i < got; i++)
-				translate(&c[i], o->source ? from[i] : FI_ADDR_NOTAVAIL, o->source, &ev[n + i]);
+				translate(nic, o, &c[i], o->source ? from[i] : FI_ADDR_NOTAVAIL, &ev[n + i]);
 			n += (int)got;
 			if (got < want)
 				break; /* drained: no second call on the common path */
@@ -141,6 +180,8 @@ int xi_ofi_poll(struct xfer_nic *nic, struct nic_event *ev, int max)
 		}
 		return n ? n : xi_ofi_errno((int)got);
 	}
+	if (o->nbroken && o->track)
+		xi_ofi_conn_reset_idle(nic, o);
 	return n;
 }
 

@@ -31,7 +31,10 @@ extern "C" {
 #endif
 
 #define XFER_MOE_CUDA_API __attribute__((visibility("default")))
-#define XFER_MOE_CUDA_VERSION 2
+#define XFER_MOE_CUDA_VERSION 3
+/* xfer_moe_cuda_trace: rounds kept, stamps per round (10 kernels + the round) */
+#define XFER_MOE_CUDA_TRACE_ROUNDS 1024
+#define XFER_MOE_CUDA_TRACE_POINTS 11
 
 enum xfer_moe_wait {
 	/* a one-warp kernel spins on the flags (with the deadline): the right
@@ -91,6 +94,15 @@ XFER_MOE_CUDA_API int xfer_moe_cuda_kernels_loaded(const xfer_moe_cuda_t *g);
 /* Benchmark helper: a one-thread kernel on `stream` that stores the GPU's
  * global timer (ns, one clock for every process on the device) in *dst. */
 XFER_MOE_CUDA_API int xfer_moe_cuda_stamp(uint64_t *dst, uint64_t stream);
+
+/* Per-kernel stamps (created with XFER_MOE_TRACE=1 in the environment):
+ * copies XFER_MOE_CUDA_TRACE_ROUNDS x XFER_MOE_CUDA_TRACE_POINTS x 2 words
+ * (start, end ns on the global timer; point 10's start is the round) into
+ * out, read on a stream of its own. Points in launch order: route, wait
+ * (send), pack, wait (recv), plan, shuffle, wait (combine send), combine
+ * send, wait (combine recv), combine recv; 0 where a kernel did not run.
+ * Returns the words copied, 0 when tracing is off, or a negative errno. */
+XFER_MOE_CUDA_API int xfer_moe_cuda_trace(xfer_moe_cuda_t *g, uint64_t *out, size_t words);
 
 /* Diagnostics: the device round, this rank's arena flags (ready, cons,
  * comb per rank), the kernels' counters and the plan's totals, read on a

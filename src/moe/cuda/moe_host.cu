@@ -160,11 +160,15 @@ struct xfer_moe_cuda {
 	void **opened;          /* [3*W] handles opened from same-host ranks */
 	uint8_t *same;          /* [W] */
 	uint32_t *ones;         /* [W] of 1: what release copies over the flags */
-	uint32_t route_threads, route_smem, pack_smem, grid;
+	uint32_t route_threads, route_smem, pack_smem;
+	uint32_t tok_threads; /* a block per token (pack, combine receive): a thread per 8 channels */
+	uint32_t grid_shuffle, grid_csend; /* blocks of the grid-stride kernels */
 	CUdeviceptr *wait_ptr[WP_N]; /* W+1 each, for stream waits */
 	cudaStream_t rel;
 	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
 	int kernels_loaded;     /* preload_kernels' answer */
+	bool fuse;              /* send and receive waits inside route / plan (XFER_MOE_FUSE=0: not) */
+	bool pdl;               /* XFER_MOE_PDL=1: programmatic dependent launch (kernel waits) */
 	uint8_t uuid[16];
 	bool connected;
 };
@@ -181,6 +185,7 @@ static void layout_arena(xfer_moe_cuda_t *g)
 	moe_dev &d = g->d;
 	uint64_t at = 0, W = d.W, TK = (uint64_t)d.T * d.K, WP1 = (uint64_t)WP_N * (W + 1);
 	d.o_round = place(&at, 16);
+	d.o_failed = place(&at, 16);
 	d.o_ready = place(&at, 4 * W);
 	d.o_cons = place(&at, 4 * W);
 	d.o_comb = place(&at, 4 * W);
@@ -213,6 +218,8 @@ static void layout_arena(xfer_moe_cuda_t *g)
 	d.o_same = place(&at, W);
 	d.o_wait = place(&at, 8 * WP1);
 	d.o_wait_rank = place(&at, 4 * WP1);
+	/* always there (the arena's size must not depend on a rank's environment) */
+	d.o_trace = place(&at, 8ull * 2 * KT_N * XFER_MOE_CUDA_TRACE_ROUNDS);
 	g->arena_bytes = at;
 }
 
@@ -365,6 +372,12 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.n_remote = g->z.remote_ranks;
 	d.comb_send_rows = (uint32_t)g->z.comb_send_rows;
 	d.timeout_ns = k.timeout_ms * 1000000ull;
+	const char *tr = getenv("XFER_MOE_TRACE");
+	d.trace = tr && *tr && strcmp(tr, "0") != 0;
+	const char *fu = getenv("XFER_MOE_FUSE");
+	g->fuse = !(fu && strcmp(fu, "0") == 0);
+	const char *pd = getenv("XFER_MOE_PDL");
+	g->pdl = pd && *pd && strcmp(pd, "0") != 0 && wait == XFER_MOE_WAIT_KERNEL;
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -398,11 +411,20 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	uint32_t per_warp = (d.E + 2 * W) * 4, fixed = (d.E + 4 * W) * 4;
 	uint32_t nw = (uint32_t)((46 * 1024 - (int)fixed) / (int)per_warp);
 	nw = nw < 1 ? 1 : nw > 32 ? 32 : nw;
+	cudaFuncAttributes rfa; /* and no more threads than its registers allow */
+	if (cudaFuncGetAttributes(&rfa, moe_route_kernel) == cudaSuccess && rfa.maxThreadsPerBlock >= 32 &&
+	    nw > (uint32_t)rfa.maxThreadsPerBlock / 32)
+		nw = (uint32_t)rfa.maxThreadsPerBlock / 32;
 	g->route_threads = nw * 32;
 	g->route_smem = nw * per_warp + fixed;
 	if (g->route_smem > 48 * 1024)
 		CU(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)g->route_smem), "cudaFuncSetAttribute (route)");
+	/* One pass over a token's channels (8 per thread) instead of 3.5 with
+	 * 256 threads (hidden 7168: 896 threads); multiples of 32 (the fp8
+	 * scale groups are 16 lanes of one warp). */
+	uint32_t tt = (d.H / 8 + 31) / 32 * 32;
+	g->tok_threads = tt < 128 ? 128 : tt > 1024 ? 1024 : tt;
 	g->pack_smem = d.PB + d.SB;
 	if (g->pack_smem > (uint32_t)prop.sharedMemPerBlockOptin)
 		return fail(-EINVAL, "a token of %u bytes does not fit in shared memory (%zu)", g->pack_smem,
@@ -410,9 +432,19 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	if (g->pack_smem > 48 * 1024)
 		CU(cudaFuncSetAttribute(moe_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)g->pack_smem), "cudaFuncSetAttribute (pack)");
-	/* grid-stride kernels (shuffle, combine send): enough blocks that a
-	 * prefill round (thousands of records) is not latency-bound per block */
-	g->grid = 8u * (uint32_t)prop.multiProcessorCount;
+	/* Grid-stride kernels (shuffle, combine send): enough blocks that a
+	 * prefill round (thousands of records) is not latency-bound per block,
+	 * but never more than there can be work for (a record per source and
+	 * token; a row per pair): a grid of 8 blocks per SM fills the GPU, and
+	 * a process sharing it (MPS) cannot start even a one-thread kernel until
+	 * blocks retire. XFER_MOE_GRID caps both (an experiment's knob). */
+	uint64_t full = 8ull * (uint64_t)prop.multiProcessorCount;
+	const char *gv = getenv("XFER_MOE_GRID");
+	if (gv && atoi(gv) > 0)
+		full = (uint64_t)atoi(gv);
+	uint64_t recs = (uint64_t)W * d.T, rows = recs * (d.K < d.L ? d.K : d.L);
+	g->grid_shuffle = (uint32_t)(recs < full ? (recs ? recs : 1) : full);
+	g->grid_csend = (uint32_t)(rows < full ? (rows ? rows : 1) : full);
 	CU(cudaIpcGetMemHandle(&g->ipc[0], g->arena), "cudaIpcGetMemHandle (arena)");
 	CU(cudaIpcGetMemHandle(&g->ipc[1], g->send), "cudaIpcGetMemHandle (send buffer)");
 	CU(cudaIpcGetMemHandle(&g->ipc[2], g->comb_recv), "cudaIpcGetMemHandle (combine buffer)");
@@ -484,6 +516,11 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_connect(xfer_moe_cuda_t *g, const
 		return fail(-EINVAL, "xfer_moe_cuda_connect: bad arguments");
 	CU(cudaSetDevice(g->device), "cudaSetDevice");
 	uint32_t W = g->d.W;
+	/* System-scope flags only when needed (moe_dev.cuh, fence_peers): a
+	 * same-host rank on another GPU, or stream waits (the stream's front
+	 * end reads the flags, not an SM thread of this GPU). */
+	const char *sf = getenv("XFER_MOE_SYS_FENCES");
+	g->d.sys = (sf && *sf && strcmp(sf, "0") != 0) || g->wait == XFER_MOE_WAIT_STREAM;
 	for (uint32_t s = 0; s < W; s++) {
 		if (s == g->d.me || !g->same[s])
 			continue;
@@ -496,6 +533,8 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_connect(xfer_moe_cuda_t *g, const
 		if (b.arena_bytes != g->arena_bytes || b.send_bytes != g->z.send_bytes ||
 		    b.comb_bytes != g->z.comb_recv_bytes)
 			return fail(-EPROTO, "rank %u has another MoE configuration (buffer sizes differ)", s);
+		if (memcmp(b.uuid, g->uuid, 16) != 0)
+			g->d.sys = 1;
 		void **o = g->opened + 3 * (size_t)s;
 		for (int i = 0; i < 3; i++) {
 			cudaError_t e = cudaIpcOpenMemHandle(&o[i], b.h[i], cudaIpcMemLazyEnablePeerAccess);
@@ -549,6 +588,37 @@ static int wait_point(xfer_moe_cuda_t *g, int wp, cudaStream_t st)
 	return 0;
 }
 
+/* Whether wait point wp runs inside its neighbour kernel (the default;
+ * XFER_MOE_FUSE=0: a kernel of its own): kernel waits only (a stream wait
+ * holds no SM and needs no kernel), and only without remote ranks, whose
+ * waits on the proxy can last milliseconds, during which the route kernel's
+ * block would hold a whole SM's registers. */
+static bool fuse(const xfer_moe_cuda_t *g, int wp)
+{
+	return g->fuse && g->wait == XFER_MOE_WAIT_KERNEL && g->d.wait_n[wp] > 0 && !g->d.n_remote;
+}
+
+/* Launches kernel k after the kernel before it on st: with programmatic
+ * dependent launch where this object uses it (moe_dev.cuh, pdl_wait). */
+template <typename... P, typename... A>
+static cudaError_t launch(const xfer_moe_cuda_t *g, bool pdl, void (*k)(P...), uint32_t grid, uint32_t block,
+			  uint32_t smem, cudaStream_t st, A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	cfg.gridDim = dim3(grid);
+	cfg.blockDim = dim3(block);
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = st;
+	if (pdl && g->pdl) {
+		attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		attr[0].val.programmaticStreamSerializationAllowed = 1;
+		cfg.attrs = attr;
+		cfg.numAttrs = 1;
+	}
+	return cudaLaunchKernelEx(&cfg, k, ((P)args)...);
+}
+
 static int ready(xfer_moe_cuda_t *g, const char *op)
 {
 	if (!g)
@@ -579,13 +649,14 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_send(xfer_moe_cuda_t *g,
 	if (n && d.scales && !quantize && !x_scales)
 		return fail(-EINVAL, "dispatch_send: fp8 tokens without their scales");
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
-	moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes);
+	uint32_t fused = fuse(g, WP_SEND) ? (uint32_t)WP_SEND : (uint32_t)WP_N;
+	moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes, fused);
 	CU(cudaGetLastError(), "launching the route kernel");
-	if ((rc = wait_point(g, WP_SEND, st)))
+	if (fused == WP_N && (rc = wait_point(g, WP_SEND, st)))
 		return rc;
-	moe_pack_kernel<<<n ? n : 1, 256, g->pack_smem, st>>>(d, n, (const uint8_t *)x, x_scales, quantize,
-								topk_idx, idx_bytes);
-	CU(cudaGetLastError(), "launching the pack kernel");
+	CU(launch(g, true, moe_pack_kernel, n ? n : 1, g->tok_threads, g->pack_smem, st, d, n, (const uint8_t *)x,
+		  x_scales, quantize, topk_idx, idx_bytes),
+	   "launching the pack kernel");
 	return 0;
 }
 
@@ -600,12 +671,14 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_recv(xfer_moe_cuda_t *g,
 	if (!out_x || !counts || (g->d.SB && !out_scales))
 		return fail(-EINVAL, "dispatch_recv: an output is missing");
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
-	if ((rc = wait_point(g, WP_RECV, st)))
+	uint32_t fused = fuse(g, WP_RECV) ? (uint32_t)WP_RECV : (uint32_t)WP_N;
+	if (fused == WP_N && (rc = wait_point(g, WP_RECV, st)))
 		return rc;
-	moe_plan_kernel<<<1, 256, 0, st>>>(g->d, counts, offsets);
+	moe_plan_kernel<<<1, PLAN_THREADS, 0, st>>>(g->d, counts, offsets, fused);
 	CU(cudaGetLastError(), "launching the plan kernel");
-	moe_shuffle_kernel<<<g->grid, 256, 0, st>>>(g->d, (uint8_t *)out_x, out_scales, src_rank, src_token);
-	CU(cudaGetLastError(), "launching the shuffle kernel");
+	CU(launch(g, true, moe_shuffle_kernel, g->grid_shuffle, 256, 0, st, g->d, (uint8_t *)out_x, out_scales,
+		  src_rank, src_token),
+	   "launching the shuffle kernel");
 	return 0;
 }
 
@@ -620,7 +693,7 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_send(xfer_moe_cuda_t *g, 
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
 	if ((rc = wait_point(g, WP_CSEND, st)))
 		return rc;
-	moe_comb_send_kernel<<<g->grid, 256, 0, st>>>(g->d, (const uint8_t *)expert_out);
+	moe_comb_send_kernel<<<g->grid_csend, 256, 0, st>>>(g->d, (const uint8_t *)expert_out);
 	CU(cudaGetLastError(), "launching the combine send kernel");
 	return 0;
 }
@@ -636,8 +709,10 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, 
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
 	if ((rc = wait_point(g, WP_CRECV, st)))
 		return rc;
-	moe_comb_recv_kernel<<<n ? n : 1, 256, 0, st>>>(g->d, n, weights, (uint16_t *)out);
-	CU(cudaGetLastError(), "launching the combine receive kernel");
+	/* after a wait kernel only (else the kernel before is the caller's) */
+	CU(launch(g, g->d.wait_n[WP_CRECV] > 0, moe_comb_recv_kernel, n ? n : 1, g->tok_threads, 0, st, g->d, n,
+		  weights, (uint16_t *)out),
+	   "launching the combine receive kernel");
 	return 0;
 }
 
@@ -689,6 +764,22 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_debug(xfer_moe_cuda_t *g, char *b
 	return o < (int)cap ? o : (int)cap - 1;
 }
 
+extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_trace(xfer_moe_cuda_t *g, uint64_t *out, size_t words)
+{
+	const size_t need = 2ull * KT_N * XFER_MOE_CUDA_TRACE_ROUNDS;
+	if (!g || !out)
+		return fail(-EINVAL, "xfer_moe_cuda_trace: bad arguments");
+	if (!g->d.trace)
+		return 0;
+	if (words < need)
+		return fail(-ENOSPC, "xfer_moe_cuda_trace: %zu words needed", need);
+	CU(cudaSetDevice(g->device), "cudaSetDevice");
+	CU(cudaMemcpyAsync(out, g->arena + g->d.o_trace, 8 * need, cudaMemcpyDeviceToHost, g->rel),
+	   "reading the trace");
+	CU(cudaStreamSynchronize(g->rel), "reading the trace");
+	return (int)need;
+}
+
 extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_mps_enabled(int device)
 {
 	int v = 0;
@@ -714,6 +805,8 @@ extern "C" XFER_MOE_CUDA_API void xfer_moe_cuda_release(void *p)
 	if (!g || !g->arena || cudaSetDevice(g->device) != cudaSuccess)
 		return;
 	uint64_t W = g->d.W;
+	/* the kernels' failure word first: whatever a raised flag lets run sees it */
+	cudaMemcpyAsync(g->arena + g->d.o_failed, g->ones, 4, cudaMemcpyHostToDevice, g->rel);
 	cudaMemcpyAsync(g->arena + g->d.o_ready, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
 	cudaMemcpyAsync(g->arena + g->d.o_cons, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);
 	cudaMemcpyAsync(g->arena + g->d.o_comb, g->ones, 4 * W, cudaMemcpyHostToDevice, g->rel);

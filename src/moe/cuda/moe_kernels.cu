@@ -25,18 +25,35 @@
 
 /* ------------------------------------------------------------------ wait */
 
-__global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
+/* A wait point, run by one warp (threads 0..31 of a block): spins until
+ * each of its flags is 1, then lowers it; the deadline, or the proxy's
+ * failure, ends the wait. Its own kernel, or (XFER_MOE_FUSE=1, kernel
+ * waits) the end of the route kernel and the start of the plan kernel, a
+ * launch fewer each. */
+__device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
 {
 	const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
 	const uint32_t *ranks = ARENA(d, const uint32_t, o_wait_rank) + (uint64_t)wp * (d.W + 1);
+	const uint32_t kt = wp == WP_SEND ? KT_WAIT_SEND : wp == WP_RECV ? KT_WAIT_RECV
+			    : wp == WP_CSEND ? KT_WAIT_CSEND : KT_WAIT_CRECV;
+	if (threadIdx.x == 0)
+		trace_at(d, round, kt, 0);
 	uint64_t t0 = global_ns();
-	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += blockDim.x) {
+	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += 32) {
 		volatile uint32_t *p = (volatile uint32_t *)flags[f];
 		/* The proxy's flag waits on counters that name the rank that did not
 		 * deliver, with the same deadline: a grace, so that their error,
 		 * which says more, is the one reported. */
 		uint64_t limit = d.timeout_ns + (ranks[f] == UINT32_MAX ? 1000000000ull : 0ull);
-		while (ld_acquire_sys(p) != 1u) {
+		/* spin on relaxed loads, then one acquire of the scope the flag's
+		 * writer released at (the proxy's: system; peers': d.sys) */
+		const bool host = ranks[f] == UINT32_MAX;
+		for (uint32_t spin = 0; ld_relaxed_sys(p) != 1u; spin++) {
+			/* the proxy's word is in host memory: looked at now and then */
+			if ((spin & 63u) == 63u && proxy_failed_host(d)) {
+				*ARENA(d, volatile uint32_t, o_failed) = 1u;
+				break;
+			}
 			if (proxy_failed(d))
 				break;
 			if (global_ns() - t0 > limit) {
@@ -45,8 +62,23 @@ __global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
 			}
 			__nanosleep(64);
 		}
+		if (host || d.sys)
+			(void)ld_acquire_sys(p);
+		else
+			(void)ld_acquire_gpu(p);
 		*p = 0u;
 	}
+	__syncwarp();
+	if (threadIdx.x == 0) {
+		__threadfence(); /* what the flags announced, before the block goes on */
+		trace_at(d, round, kt, 1);
+	}
+	pdl_let_next_launch(); /* the wait is over: the next kernel may launch */
+}
+
+__global__ void moe_wait_kernel(moe_dev d, uint32_t wp)
+{
+	wait_flags(d, wp, *ARENA(d, const uint32_t, o_round));
 }
 
 __global__ void moe_stamp_kernel(uint64_t *dst)
@@ -61,59 +93,165 @@ __device__ __forceinline__ int64_t load_idx(const void *idx, int idx_bytes, uint
 	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
 }
 
-__global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes)
+/* One slot of the route kernel between its passes: the record number
+ * local to (warp, rank) or -1, the expert, the expert ordinal and pair base
+ * local to the warp, and the slot's rank among the token's pairs there. */
+struct slot_v {
+	int32_t r;
+	uint32_t e, j, pb, q;
+};
+enum { ROUTE_CACHE = 4 }; /* tokens per warp kept in registers between passes (decode: 128 tokens, 32 warps) */
+
+/* The lanes whose keys equal this lane's, for two keys at once: what
+ * __match_any_sync gives, from K shuffles each. Only lanes < K can match
+ * another (the others carry keys of their own); match.any cost the route
+ * kernel 21 us for 128 tokens and 426 us for 4,096 (32 warps of one block
+ * issue it, and its cost grows with the number of distinct keys: here
+ * 25-32). */
+__device__ __forceinline__ void match_slots(uint32_t ka, uint32_t kb, uint32_t K, uint32_t lane, uint32_t *ma,
+					    uint32_t *mb)
+{
+	uint32_t a = 1u << lane, b = 1u << lane;
+	for (uint32_t j = 0; j < K; j++) {
+		uint32_t ja = __shfl_sync(0xffffffffu, ka, j), jb = __shfl_sync(0xffffffffu, kb, j);
+		a |= (uint32_t)(ja == ka) << j;
+		b |= (uint32_t)(jb == kb) << j;
+	}
+	*ma = a;
+	*mb = b;
+}
+
+/* Pass 1 for token t (warp-collective; lane k is slot k): the warp's
+ * histograms in shared memory, and the slot's pass-1 numbers in the arena
+ * (pack reads the lead flags; the uncached pass 3 the rest). */
+__device__ __forceinline__ slot_v route_slot(const moe_dev &d, uint32_t *sm, uint32_t w, uint32_t lane,
+					     uint32_t t, int64_t e64)
+{
+	const uint32_t E = d.E, W = d.W, K = d.K, L = d.L, NW = blockDim.x / 32;
+	uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
+	const uint32_t lt = (1u << lane) - 1u;
+	bool valid = e64 >= 0 && e64 < (int64_t)E;
+	uint32_t e = valid ? (uint32_t)e64 : 0u, dd = valid ? e / L : 0u;
+	uint32_t peers_e, peers_d;
+	match_slots(valid ? e : (0x80000000u | lane), valid ? dd : (0x80000000u | lane), K, lane, &peers_e,
+		    &peers_d);
+	uint32_t lead_e = __ffs(peers_e) - 1;
+	uint32_t lead_d = __ffs(peers_d) - 1;
+	uint32_t be = valid && lane == lead_e ? he[w * E + e] : 0u;
+	uint32_t br = valid && lane == lead_d ? hr[w * W + dd] : 0u;
+	uint32_t bp = valid && lane == lead_d ? hp[w * W + dd] : 0u;
+	be = __shfl_sync(0xffffffffu, be, lead_e);
+	br = __shfl_sync(0xffffffffu, br, lead_d);
+	bp = __shfl_sync(0xffffffffu, bp, lead_d);
+	__syncwarp();
+	if (valid && lane == lead_e)
+		he[w * E + e] += __popc(peers_e);
+	if (valid && lane == lead_d) {
+		hr[w * W + dd] += 1u;
+		hp[w * W + dd] += __popc(peers_d);
+	}
+	__syncwarp();
+	slot_v x;
+	x.r = valid ? (int32_t)br : -1;
+	x.e = e;
+	x.j = be + __popc(peers_e & lt);
+	x.pb = bp;
+	x.q = (uint8_t)__popc(peers_d & lt);
+	if (lane < K) {
+		uint64_t s = (uint64_t)t * K + lane;
+		ARENA(d, int32_t, o_rec)[s] = x.r; /* local to (warp, rank) until pass 3 */
+		ARENA(d, uint8_t, o_lead)[s] = valid && lane == lead_d;
+		ARENA(d, uint8_t, o_q)[s] = (uint8_t)x.q;
+		ARENA(d, uint32_t, o_j)[s] = x.j;
+		ARENA(d, uint32_t, o_pb)[s] = x.pb;
+	}
+	return x;
+}
+
+/* Slot s's pass-1 numbers, back from the arena (the uncached path). */
+__device__ __forceinline__ slot_v route_load(const moe_dev &d, const void *idx, int idx_bytes, uint64_t s)
+{
+	slot_v x;
+	x.r = ARENA(d, const int32_t, o_rec)[s];
+	x.e = (uint32_t)load_idx(idx, idx_bytes, s); /* unused when x.r < 0 (no dependent load) */
+	x.j = ARENA(d, const uint32_t, o_j)[s];
+	x.pb = ARENA(d, const uint32_t, o_pb)[s];
+	x.q = ARENA(d, const uint8_t, o_q)[s];
+	return x;
+}
+
+/* Pass 3 for slot s: the global numbers from the warps' prefixes. */
+__device__ __forceinline__ void route_finish(const moe_dev &d, const uint32_t *sm, uint32_t w, uint64_t s,
+					     const slot_v &x)
+{
+	const uint32_t E = d.E, W = d.W, L = d.L, NW = blockDim.x / 32;
+	const uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
+	const uint32_t *tot_e = hp + NW * W, *tot_r = tot_e + E, *tot_p = tot_r + W;
+	const uint32_t *so = tot_p + W, *cbo = so + W;
+	if (x.r < 0) {
+		ARENA(d, int32_t, o_tcomb)[s] = -1;
+		return;
+	}
+	uint32_t dd = x.e / L;
+	uint32_t pb = hp[w * W + dd] + x.pb;
+	ARENA(d, int32_t, o_rec)[s] = (int32_t)(so[dd] + hr[w * W + dd] + (uint32_t)x.r);
+	ARENA(d, uint32_t, o_pb)[s] = pb;
+	ARENA(d, uint32_t, o_j)[s] = he[w * E + x.e] + x.j;
+	ARENA(d, int32_t, o_tcomb)[s] = (int32_t)(cbo[dd] + pb + x.q);
+}
+
+/* Up to 32 warps: 64 registers a thread at most (the slot cache must not
+ * make a 1,024-thread launch fail). */
+__global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes,
+							 uint32_t wait_after)
 {
 	extern __shared__ uint32_t sm[];
 	const uint32_t NW = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-	const uint32_t E = d.E, W = d.W, K = d.K, L = d.L, tid = threadIdx.x, bd = blockDim.x;
+	const uint32_t E = d.E, W = d.W, K = d.K, tid = threadIdx.x, bd = blockDim.x;
 	uint32_t *he = sm, *hr = he + NW * E, *hp = hr + NW * W;
 	uint32_t *tot_e = hp + NW * W, *tot_r = tot_e + E, *tot_p = tot_r + W;
 	uint32_t *so = tot_p + W, *cbo = so + W;
 	__shared__ uint32_t s_round;
+	uint64_t t_start = global_ns();
 	for (uint32_t i = tid; i < NW * (E + 2 * W); i += bd)
 		sm[i] = 0;
 	if (tid == 0) {
 		uint32_t *rp = ARENA(d, uint32_t, o_round);
 		s_round = *rp + 1;
 		*rp = s_round;
+		if (d.trace) { /* this round's slot: stale stamps of an older round out first */
+			uint64_t *tr = ARENA(d, uint64_t, o_trace) +
+				       (uint64_t)(s_round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N * 2;
+			for (uint32_t i = 0; i < 2 * KT_N; i++)
+				tr[i] = 0;
+			tr[2 * KT_ROUND] = s_round;
+			tr[2 * KT_ROUTE] = t_start;
+		}
 	}
 	__syncthreads();
 	const uint32_t round = s_round;
-	int32_t *trec = ARENA(d, int32_t, o_rec), *tcomb = ARENA(d, int32_t, o_tcomb);
-	uint8_t *tlead = ARENA(d, uint8_t, o_lead), *tq = ARENA(d, uint8_t, o_q);
-	uint32_t *tj = ARENA(d, uint32_t, o_j), *tpb = ARENA(d, uint32_t, o_pb);
 	const uint32_t per = (n + NW - 1) / NW, t0 = min(n, w * per), t1 = min(n, t0 + per);
-	const uint32_t lt = (1u << lane) - 1u;
-	/* Pass 1: each warp walks its tokens in order; lane k is slot k. */
-	for (uint32_t t = t0; t < t1; t++) {
-		int64_t e64 = lane < K ? load_idx(idx, idx_bytes, (uint64_t)t * K + lane) : -1;
-		bool valid = e64 >= 0 && e64 < (int64_t)E;
-		uint32_t e = valid ? (uint32_t)e64 : 0u, dd = valid ? e / L : 0u;
-		uint32_t peers_e = __match_any_sync(0xffffffffu, valid ? e : (0x80000000u | lane));
-		uint32_t lead_e = __ffs(peers_e) - 1;
-		uint32_t peers_d = __match_any_sync(0xffffffffu, valid ? dd : (0x80000000u | lane));
-		uint32_t lead_d = __ffs(peers_d) - 1;
-		uint32_t be = valid && lane == lead_e ? he[w * E + e] : 0u;
-		uint32_t br = valid && lane == lead_d ? hr[w * W + dd] : 0u;
-		uint32_t bp = valid && lane == lead_d ? hp[w * W + dd] : 0u;
-		be = __shfl_sync(0xffffffffu, be, lead_e);
-		br = __shfl_sync(0xffffffffu, br, lead_d);
-		bp = __shfl_sync(0xffffffffu, bp, lead_d);
-		__syncwarp();
-		if (valid && lane == lead_e)
-			he[w * E + e] += __popc(peers_e);
-		if (valid && lane == lead_d) {
-			hr[w * W + dd] += 1u;
-			hp[w * W + dd] += __popc(peers_d);
-		}
-		__syncwarp();
-		if (lane < K) {
-			uint64_t s = (uint64_t)t * K + lane;
-			trec[s] = valid ? (int32_t)br : -1; /* local to (warp, rank) until pass 3 */
-			tlead[s] = valid && lane == lead_d;
-			tq[s] = (uint8_t)__popc(peers_d & lt);
-			tj[s] = be + __popc(peers_e & lt);
-			tpb[s] = bp;
+	/* Pass 1: each warp walks its tokens in order; lane k is slot k. With
+	 * at most ROUTE_CACHE tokens per warp (decode) every token's indices are
+	 * loaded at once and each slot's numbers stay in registers for pass 3;
+	 * else one token at a time, through the arena. */
+	struct slot_v v[ROUTE_CACHE];
+	const bool cached = per <= ROUTE_CACHE;
+	if (cached) {
+		int64_t ev[ROUTE_CACHE];
+#pragma unroll
+		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
+			ev[i] = t0 + i < t1 && lane < K ? load_idx(idx, idx_bytes, (uint64_t)(t0 + i) * K + lane) : -1;
+#pragma unroll
+		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
+			if (t0 + i < t1)
+				v[i] = route_slot(d, sm, w, lane, t0 + i, ev[i]);
+	} else { /* the next token's indices loaded while this one is counted */
+		int64_t nxt = t0 < t1 && lane < K ? load_idx(idx, idx_bytes, (uint64_t)t0 * K + lane) : -1;
+		for (uint32_t t = t0; t < t1; t++) {
+			int64_t cur = nxt;
+			nxt = t + 1 < t1 && lane < K ? load_idx(idx, idx_bytes, (uint64_t)(t + 1) * K + lane) : -1;
+			route_slot(d, sm, w, lane, t, cur);
 		}
 	}
 	__syncthreads();
@@ -152,21 +290,21 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 	}
 	__syncthreads();
 	/* Pass 3: global numbers. */
-	for (uint32_t t = t0; t < t1; t++) {
-		if (lane >= K)
-			continue;
-		uint64_t s = (uint64_t)t * K + lane;
-		int32_t r = trec[s];
-		if (r < 0) {
-			tcomb[s] = -1;
-			continue;
+	if (cached) {
+#pragma unroll
+		for (uint32_t i = 0; i < ROUTE_CACHE; i++)
+			if (t0 + i < t1 && lane < K)
+				route_finish(d, sm, w, (uint64_t)(t0 + i) * K + lane, v[i]);
+	} else if (lane < K) { /* the next slot's numbers loaded before this one's are stored */
+		struct slot_v nxt;
+		if (t0 < t1)
+			nxt = route_load(d, idx, idx_bytes, (uint64_t)t0 * K + lane);
+		for (uint32_t t = t0; t < t1; t++) {
+			struct slot_v cur = nxt;
+			if (t + 1 < t1)
+				nxt = route_load(d, idx, idx_bytes, (uint64_t)(t + 1) * K + lane);
+			route_finish(d, sm, w, (uint64_t)t * K + lane, cur);
 		}
-		uint32_t e = (uint32_t)load_idx(idx, idx_bytes, s), dd = e / L;
-		uint32_t pb = hp[w * W + dd] + tpb[s];
-		trec[s] = (int32_t)(so[dd] + hr[w * W + dd] + (uint32_t)r);
-		tpb[s] = pb;
-		tj[s] = he[w * E + e] + tj[s];
-		tcomb[s] = (int32_t)(cbo[dd] + pb + tq[s]);
 	}
 	/* The route vector: ours, the proxy's (pinned host), same-host ranks'. */
 	const uint32_t RV = d.RV, par = round & 1u;
@@ -187,9 +325,14 @@ __global__ void moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx
 	}
 	__syncthreads();
 	if (tid == 0) {
-		__threadfence_system();
-		st_release_sys(&d.ctl->k_route, round);
+		fence_peers(d);
+		st_ctl(d, &d.ctl->k_route, round);
+		trace_at(d, round, KT_ROUTE, 1);
 	}
+	if (wait_after < WP_N && tid < 32)
+		wait_flags(d, wait_after, round); /* lets the pack kernel launch once it is over */
+	else if (wait_after >= WP_N)
+		pdl_let_next_launch(); /* the next kernel is the wait kernel: a normal launch */
 }
 
 /* ------------------------------------------------------------------ pack */
@@ -242,44 +385,54 @@ __device__ void stage_token(const moe_dev &d, uint8_t *buf, uint32_t t, const ui
 	}
 }
 
-__global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
+__global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
 				const void *idx, int idx_bytes)
 {
 	extern __shared__ uint4 smem4[];
 	uint8_t *buf = (uint8_t *)smem4;
 	__shared__ uint32_t s_meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	/* the token's routing, loaded once by K threads: thread 0's record
+	 * headers then need no chain of dependent global loads */
+	__shared__ int32_t s_rec[XFER_MOE_TOPK_MAX];
+	__shared__ uint32_t s_e[XFER_MOE_TOPK_MAX], s_j[XFER_MOE_TOPK_MAX], s_pb[XFER_MOE_TOPK_MAX];
+	__shared__ uint8_t s_lead[XFER_MOE_TOPK_MAX];
 	const uint32_t t = blockIdx.x, K = d.K, L = d.L;
+	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
-	const int32_t *trec = ARENA(d, const int32_t, o_rec);
-	const uint8_t *tlead = ARENA(d, const uint8_t, o_lead);
-	const uint32_t *tj = ARENA(d, const uint32_t, o_j), *tpb = ARENA(d, const uint32_t, o_pb);
+	trace_start(d, round, KT_PACK);
+	if (t < n && threadIdx.x < K) {
+		uint64_t s = (uint64_t)t * K + threadIdx.x;
+		int32_t r = ARENA(d, const int32_t, o_rec)[s];
+		s_rec[threadIdx.x] = r;
+		s_lead[threadIdx.x] = ARENA(d, const uint8_t, o_lead)[s];
+		s_e[threadIdx.x] = (uint32_t)load_idx(idx, idx_bytes, s); /* used only where r >= 0 */
+		s_j[threadIdx.x] = ARENA(d, const uint32_t, o_j)[s];
+		s_pb[threadIdx.x] = ARENA(d, const uint32_t, o_pb)[s];
+	}
 	if (t < n)
 		stage_token(d, buf, t, x, xs, quant);
 	__syncthreads();
 	for (int pass = 0; pass < 2; pass++) { /* remote destinations first */
 		for (uint32_t k = 0; t < n && k < K; k++) {
-			uint64_t s = (uint64_t)t * K + k;
-			if (!tlead[s])
+			if (!s_lead[k])
 				continue;
-			uint32_t dd = (uint32_t)load_idx(idx, idx_bytes, s) / L;
+			uint32_t dd = s_e[k] / L;
 			if (same_host(d, dd) == (pass == 0))
 				continue;
-			uint8_t *rec = d.send + (uint64_t)trec[s] * d.RB;
+			uint8_t *rec = d.send + (uint64_t)s_rec[k] * d.RB;
 			copy16_from_smem(rec, buf, d.PB + d.SB);
 			if (threadIdx.x == 0) {
 				uint32_t np = 0;
 				for (uint32_t k2 = k; k2 < K; k2++) {
-					uint64_t s2 = (uint64_t)t * K + k2;
-					if (trec[s2] != trec[s])
+					if (s_rec[k2] != s_rec[k])
 						continue;
-					uint32_t e = (uint32_t)load_idx(idx, idx_bytes, s2);
-					s_meta[4 + 2 * np] = k2 | ((e - dd * L) << 16);
-					s_meta[5 + 2 * np] = tj[s2];
+					s_meta[4 + 2 * np] = k2 | ((s_e[k2] - dd * L) << 16);
+					s_meta[5 + 2 * np] = s_j[k2];
 					np++;
 				}
 				s_meta[0] = t;
 				s_meta[1] = np;
-				s_meta[2] = tpb[s];
+				s_meta[2] = s_pb[k];
 				s_meta[3] = round;
 			}
 			__syncthreads();
@@ -288,13 +441,16 @@ __global__ void moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const f
 				meta[i] = s_meta[i];
 			__syncthreads();
 		}
-		if (pass == 0 && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
-			st_release_sys(&d.ctl->k_packed, round); /* the proxy posts the remote ones */
+		/* the proxy posts the remote ones (it looks only with remote ranks) */
+		if (pass == 0 && d.n_remote && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
+			st_release_sys(&d.ctl->k_packed, round);
 	}
-	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0)
+	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < d.W; r++)
 			if (r != d.me && same_host(d, r))
-				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
+				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
+		trace_at(d, round, KT_PACK, 1);
+	}
 }
 
 /* ------------------------------------------------------------------ plan */
@@ -321,7 +477,13 @@ __device__ void plan_zero(const moe_dev &d, int32_t *counts, int32_t *offsets)
 	}
 }
 
-__global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
+/*
+ * The receiver's plan (moe_plan.c's numbers). Every route-vector word it
+ * needs is loaded once, all at the same time, into shared memory (the
+ * counts of our experts from every source are E words, E <= 1,024); the
+ * rest works there: a dependent chain of global loads per step was 8.5 us.
+ */
+__global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, uint32_t wait_before)
 {
 	const uint32_t W = d.W, E = d.E, L = d.L, me = d.me, P = d.P, tid = threadIdx.x, bd = blockDim.x;
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
@@ -332,22 +494,26 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 	uint32_t *qstart = ARENA(d, uint32_t, o_qstart), *qsrc = ARENA(d, uint32_t, o_qsrc);
 	uint32_t *pcounts = ARENA(d, uint32_t, o_counts), *poff = ARENA(d, uint32_t, o_offsets);
 	uint32_t *pbase = ARENA(d, uint32_t, o_base), *misc = ARENA(d, uint32_t, o_misc);
+	__shared__ uint32_t s_cnt[XFER_MOE_EXPERTS_MAX];   /* [s][e]: source s's pairs for our expert e */
+	__shared__ uint32_t s_ecnt[XFER_MOE_EXPERTS_MAX];  /* [e]: our expert e's pairs */
+	__shared__ uint32_t s_eoff[XFER_MOE_EXPERTS_MAX + 1];
+	__shared__ uint32_t s_pc[XFER_MOE_RANKS_MAX], s_ppr[XFER_MOE_RANKS_MAX];
+	__shared__ uint64_t s_scan[PLAN_THREADS];
+	__shared__ uint32_t s_bad_e;
 	__shared__ int bad;
-	if (tid == 0)
+	if (wait_before < WP_N) {
+		if (tid < 32)
+			wait_flags(d, wait_before, round);
+		__syncthreads();
+	}
+	pdl_let_next_launch(); /* past any wait on another rank: the shuffle may launch */
+	if (tid == 0) {
+		trace_at(d, round, KT_PLAN, 0);
 		bad = proxy_failed(d) ? 1 : 0;
-	__syncthreads();
-	for (uint32_t s = tid; s < W && !bad; s += bd) {
-		const uint32_t *row = row_of(d, round, s);
-		if (__ldcv(row + moe_rv_stamp(E, W)) != round) {
-			kernel_error(d, XFER_MOE_KERR_STALE, s);
-			bad = 1;
-		}
+		s_bad_e = UINT32_MAX;
 	}
-	__syncthreads();
-	if (bad) {
-		plan_zero(d, counts, offsets);
-		return;
-	}
+	/* every load at once: per source its stamp, records and pairs for us
+	 * and before us, tokens; per (source, expert of ours) the count */
 	for (uint32_t s = tid; s < W; s += bd) {
 		const uint32_t *row = row_of(d, round, s);
 		uint32_t so = 0, cb = 0;
@@ -355,30 +521,82 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 			so += __ldcv(row + moe_rv_rec(E, r));
 			cb += __ldcv(row + moe_rv_pairs(E, W, r));
 		}
-		pc[s] = __ldcv(row + moe_rv_rec(E, me));
-		ppr[s] = __ldcv(row + moe_rv_pairs(E, W, me));
-		pntok[s] = __ldcv(row + moe_rv_ntok(E, W));
+		uint32_t stamp = __ldcv(row + moe_rv_stamp(E, W));
+		uint32_t c = __ldcv(row + moe_rv_rec(E, me)), pp = __ldcv(row + moe_rv_pairs(E, W, me));
+		uint32_t nt = __ldcv(row + moe_rv_ntok(E, W));
+		if (stamp != round) {
+			kernel_error(d, XFER_MOE_KERR_STALE, s);
+			bad = 1;
+		}
+		s_pc[s] = c;
+		s_ppr[s] = pp;
+		pc[s] = c;
+		ppr[s] = pp;
+		pntok[s] = nt;
 		pcb[s] = cb;
 		pfirst[s] = same_host(d, s) ? (uint64_t)so : (uint64_t)s * P;
 	}
+	for (uint32_t i = tid; i < W * L; i += bd) {
+		uint32_t s = i / L, e = i - s * L;
+		s_cnt[i] = __ldcv(row_of(d, round, s) + me * L + e);
+	}
+	__syncthreads();
+	if (bad) {
+		plan_zero(d, counts, offsets);
+		return;
+	}
 	for (uint32_t e = tid; e < L; e += bd) {
 		uint32_t n = 0;
-		for (uint32_t s = 0; s < W; s++)
-			n += __ldcv(row_of(d, round, s) + me * L + e);
+		for (uint32_t s2 = 0; s2 < W; s2++)
+			n += s_cnt[s2 * L + e];
+		s_ecnt[e] = n;
 		pcounts[e] = n;
+	}
+	__syncthreads();
+	/* Experts' offsets: a block-wide prefix sum, each thread a run of
+	 * consecutive experts; the first expert over capacity is the one named
+	 * (as one walk in expert order finds it). */
+	const uint32_t per = (L + bd - 1) / bd, e0 = min(L, tid * per), e1 = min(L, e0 + per);
+	const bool padded = d.layout == XFER_MOE_PADDED;
+	uint64_t mine = 0;
+	for (uint32_t e = e0; e < e1; e++)
+		mine += padded ? 0 : (s_ecnt[e] + d.align - 1) / d.align * d.align;
+	s_scan[tid] = mine;
+	__syncthreads();
+	for (uint32_t o = 1; o < bd; o <<= 1) { /* inclusive scan (Hillis-Steele) */
+		uint64_t v = tid >= o ? s_scan[tid - o] : 0;
+		__syncthreads();
+		s_scan[tid] += v;
+		__syncthreads();
+	}
+	uint64_t off = s_scan[tid] - mine;
+	for (uint32_t e = e0; e < e1; e++) {
+		uint32_t cnt = s_ecnt[e];
+		if (padded) {
+			s_eoff[e] = e * d.cap;
+			if (cnt > d.cap)
+				atomicMin(&s_bad_e, e);
+		} else {
+			s_eoff[e] = (uint32_t)off;
+			off += (cnt + d.align - 1) / d.align * d.align;
+			if (off > d.cap)
+				atomicMin(&s_bad_e, e);
+		}
+		poff[e] = s_eoff[e];
 	}
 	__syncthreads();
 	if (tid == 0) {
 		/* sources in order: remote ones first (the engine's), then this host's */
 		uint64_t ovf = 0, rec = 0, q = 0;
-		uint32_t k = 0;
+		uint32_t k = 0, q_remote = 0;
 		for (int pass = 0; pass < 2; pass++)
 			for (uint32_t s = 0; s < W; s++) {
 				if (same_host(d, s) == (pass == 0))
 					continue;
+				uint32_t c = s_pc[s];
 				if (pass == 0) {
 					povf[s] = (uint64_t)W * P + ovf;
-					ovf += pc[s] > P ? pc[s] - P : 0;
+					ovf += c > P ? c - P : 0;
 				} else {
 					povf[s] = 0;
 				}
@@ -386,37 +604,24 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 				recpref[k] = (uint32_t)rec;
 				qsrc[k] = s;
 				qstart[k] = (uint32_t)q;
-				rec += pc[s];
-				q += ppr[s];
+				rec += c;
+				q += s_ppr[s];
 				k++;
 				if (pass == 0)
-					misc[MISC_Q_REMOTE] = (uint32_t)q;
+					q_remote = (uint32_t)q;
 			}
 		recpref[W] = (uint32_t)rec;
 		qstart[W] = (uint32_t)q;
-		if (!d.n_remote)
-			misc[MISC_Q_REMOTE] = 0;
-		uint64_t off = 0;
-		for (uint32_t e = 0; e < L && !bad; e++) {
-			if (d.layout == XFER_MOE_PADDED) {
-				poff[e] = e * d.cap;
-				if (pcounts[e] > d.cap) {
-					kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + e);
-					bad = 1;
-				}
-			} else {
-				poff[e] = (uint32_t)off;
-				off += (pcounts[e] + d.align - 1) / d.align * d.align;
-				if (off > d.cap) {
-					kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + e);
-					bad = 1;
-				}
-			}
+		misc[MISC_Q_REMOTE] = d.n_remote ? q_remote : 0;
+		if (s_bad_e != UINT32_MAX) {
+			kernel_error(d, XFER_MOE_KERR_CAPACITY, me * L + s_bad_e);
+			bad = 1;
 		}
-		poff[L] = d.layout == XFER_MOE_PADDED ? L * d.cap : (uint32_t)off;
+		s_eoff[L] = padded ? L * d.cap : (uint32_t)s_scan[bd - 1];
+		poff[L] = s_eoff[L];
 		/* the overflow area; the combine send buffer (only tokens whose top-k
 		 * repeat an expert can exceed it) */
-		if (ovf > d.O || misc[MISC_Q_REMOTE] > d.comb_send_rows) {
+		if (ovf > d.O || (d.n_remote ? q_remote : 0) > d.comb_send_rows) {
 			kernel_error(d, XFER_MOE_KERR_CAPACITY, 0x80000000u | me); /* a buffer, not an expert */
 			bad = 1;
 		}
@@ -430,17 +635,20 @@ __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets)
 		return;
 	}
 	for (uint32_t e = tid; e < L; e += bd) {
-		uint32_t b = poff[e];
+		uint32_t b = s_eoff[e];
 		for (uint32_t s = 0; s < W; s++) {
 			pbase[(uint64_t)s * L + e] = b;
-			b += __ldcv(row_of(d, round, s) + me * L + e);
+			b += s_cnt[s * L + e];
 		}
-		counts[e] = (int32_t)pcounts[e];
+		counts[e] = (int32_t)s_ecnt[e];
 		if (offsets)
-			offsets[e] = (int32_t)poff[e];
+			offsets[e] = (int32_t)s_eoff[e];
 	}
 	if (tid == 0 && offsets)
-		offsets[L] = (int32_t)poff[L];
+		offsets[L] = (int32_t)s_eoff[L];
+	__syncthreads();
+	if (tid == 0)
+		trace_at(d, round, KT_PLAN, 1);
 }
 
 /* --------------------------------------------------------------- shuffle */
@@ -463,6 +671,7 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 				   int32_t *src_token)
 {
 	const uint32_t W = d.W, L = d.L, P = d.P, K = d.K, me = d.me;
+	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	const uint32_t *misc = ARENA(d, const uint32_t, o_misc);
 	const uint32_t *recpref = ARENA(d, const uint32_t, o_recpref), *recsrc = ARENA(d, const uint32_t, o_recsrc);
@@ -473,7 +682,9 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 	const uint32_t *pcounts = ARENA(d, const uint32_t, o_counts);
 	int32_t *qrow = ARENA(d, int32_t, o_qrow);
 	__shared__ uint32_t meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	__shared__ uint64_t s_row[XFER_MOE_TOPK_MAX];
 	__shared__ int ok;
+	trace_start(d, round, KT_SHUFFLE);
 	const uint32_t total = misc[MISC_BAD] ? 0 : misc[MISC_REC_TOTAL];
 	for (uint32_t g = blockIdx.x; g < total; g += gridDim.x) {
 		uint32_t k = find_src(recpref, W, g), s = recsrc[k], q = g - recpref[k];
@@ -484,38 +695,53 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 			rec = d.recv + (pfirst[s] + q) * d.RB;
 		else
 			rec = d.recv + (povf[s] + q - P) * d.RB;
-		if (threadIdx.x == 0) {
-			const uint32_t *m = (const uint32_t *)(rec + d.PB + d.SB);
-			for (uint32_t i = 0; i < 4; i++)
-				meta[i] = __ldcg(m + i);
-			/* a record from another rank is untrusted: every index in it
-			 * must fall within what its route vector announced */
-			ok = meta[3] == round && meta[0] < pntok[s] && meta[1] >= 1 && meta[1] <= K &&
-			     meta[2] <= ppr[s] && meta[1] <= ppr[s] - meta[2];
-			for (uint32_t p = 0; ok && p < meta[1]; p++) {
-				meta[4 + 2 * p] = __ldcg(m + 4 + 2 * p);
-				meta[5 + 2 * p] = __ldcg(m + 5 + 2 * p);
-				uint32_t e = meta[4 + 2 * p] >> 16, j = meta[5 + 2 * p];
+		/* a record from another rank is untrusted: every index in it must
+		 * fall within what its route vector announced. Its header words are
+		 * loaded at once (a thread each); thread 0 checks the header, thread
+		 * p pair p. */
+		const uint32_t *m = (const uint32_t *)(rec + d.PB + d.SB);
+		if (threadIdx.x < 4 + 2 * K)
+			meta[threadIdx.x] = __ldcg(m + threadIdx.x);
+		__syncthreads();
+		const uint32_t np = meta[1];
+		bool head = true, pair = true;
+		if (threadIdx.x == 0)
+			head = meta[3] == round && meta[0] < pntok[s] && np >= 1 && np <= K && meta[2] <= ppr[s] &&
+			       np <= ppr[s] - meta[2];
+		if (np <= K && threadIdx.x < np) {
+			const uint32_t p = threadIdx.x, ke = meta[4 + 2 * p], j = meta[5 + 2 * p], e = ke >> 16;
+			pair = (ke & 0xffffu) < K && e < L;
+			if (pair) {
 				uint32_t end = s + 1 < W ? pbase[(uint64_t)(s + 1) * L + e] : poff[e] + pcounts[e];
-				ok = (meta[4 + 2 * p] & 0xffffu) < K && e < L && j < end - pbase[(uint64_t)s * L + e];
+				pair = j < end - pbase[(uint64_t)s * L + e];
+				s_row[p] = (uint64_t)pbase[(uint64_t)s * L + e] + j;
 			}
+		}
+		int all_good = __syncthreads_and(head && pair);
+		if (threadIdx.x == 0) {
+			ok = all_good;
 			if (!ok)
 				kernel_error(d, XFER_MOE_KERR_STALE, s);
 		}
 		__syncthreads();
-		for (uint32_t p = 0; ok && p < meta[1]; p++) {
-			uint32_t e = meta[4 + 2 * p] >> 16;
-			uint64_t row = (uint64_t)pbase[(uint64_t)s * L + e] + meta[5 + 2 * p];
-			copy16(out_x + row * d.PB, rec, d.PB);
-			if (d.SB)
-				for (uint32_t i = threadIdx.x; i < d.G; i += blockDim.x)
-					out_s[row * d.G + i] = __ldcg((const float *)(rec + d.PB) + i);
-			if (threadIdx.x == 0) {
+		if (ok) { /* the record read once, written to each of its pairs' rows */
+			for (uint32_t o = threadIdx.x * 16u; o < d.PB; o += blockDim.x * 16u) {
+				uint4 v = __ldcg((const uint4 *)(rec + o));
+				for (uint32_t p = 0; p < np; p++)
+					*(uint4 *)(out_x + s_row[p] * d.PB + o) = v;
+			}
+			for (uint32_t i = threadIdx.x; i < (d.SB ? d.G : 0u); i += blockDim.x) {
+				float v = __ldcg((const float *)(rec + d.PB) + i);
+				for (uint32_t p = 0; p < np; p++)
+					out_s[s_row[p] * d.G + i] = v;
+			}
+			if (threadIdx.x < np) {
+				uint64_t row = s_row[threadIdx.x];
 				if (src_rank)
 					src_rank[row] = (int32_t)s;
 				if (src_token)
 					src_token[row] = (int32_t)meta[0];
-				qrow[qstart[k] + meta[2] + p] = (int32_t)row;
+				qrow[qstart[k] + meta[2] + threadIdx.x] = (int32_t)row;
 			}
 		}
 		__syncthreads();
@@ -523,8 +749,9 @@ __global__ void moe_shuffle_kernel(moe_dev d, uint8_t *out_x, float *out_s, int3
 	if (last_block(d, CNT_SHUFFLE) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < W; r++)
 			if (r != me && same_host(d, r))
-				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_cons) + me, 1u);
-		st_release_sys(&d.ctl->k_recv_done, round);
+				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_cons) + me, 1u);
+		st_ctl(d, &d.ctl->k_recv_done, round);
+		trace_at(d, round, KT_SHUFFLE, 1);
 	}
 }
 
@@ -539,41 +766,70 @@ __global__ void moe_comb_send_kernel(moe_dev d, const uint8_t *eo)
 	const uint32_t *pcb = ARENA(d, const uint32_t, o_cb);
 	const int32_t *qrow = ARENA(d, const int32_t, o_qrow);
 	const uint64_t *peer_comb = ARENA(d, const uint64_t, o_peer_comb);
+	trace_start(d, round, KT_CSEND);
 	bool fine = !misc[MISC_BAD] && !proxy_failed(d);
 	uint32_t qr = fine ? misc[MISC_Q_REMOTE] : 0, qt = fine ? misc[MISC_Q_TOTAL] : 0;
 	for (uint32_t q = blockIdx.x; q < qr; q += gridDim.x)
 		copy16(d.comb_send + (uint64_t)q * d.CB, eo + (uint64_t)qrow[q] * rowb, rowb);
-	if (last_block(d, CNT_CSEND_REMOTE) && threadIdx.x == 0)
+	/* the proxy scatters the remote rows once they are packed; without
+	 * remote ranks it only follows the round, and the last block says it
+	 * below (one fence and counter a block fewer) */
+	if (d.n_remote && last_block(d, CNT_CSEND_REMOTE) && threadIdx.x == 0)
 		st_release_sys(&d.ctl->k_comb_packed, round);
 	for (uint32_t q = qr + blockIdx.x; q < qt; q += gridDim.x) {
 		uint32_t k = find_src(qstart, W, q), s = qsrc[k];
 		uint8_t *dst = (uint8_t *)peer_comb[s] + (uint64_t)(pcb[s] + q - qstart[k]) * d.CB;
 		copy16(dst, eo + (uint64_t)qrow[q] * rowb, rowb);
 	}
-	if (last_block(d, CNT_CSEND_ALL) && threadIdx.x == 0)
+	if (last_block(d, CNT_CSEND_ALL) && threadIdx.x == 0) {
 		for (uint32_t r = 0; r < W; r++)
 			if (r != me && same_host(d, r))
-				st_release_sys((uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
+				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_comb) + me, 1u);
+		if (!d.n_remote)
+			st_ctl(d, &d.ctl->k_comb_packed, round);
+		trace_at(d, round, KT_CSEND, 1);
+	}
 }
 
-__global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
+__global__ void __launch_bounds__(1024) moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, uint16_t *out)
 {
 	const uint32_t t = blockIdx.x, K = d.K, H = d.H;
+	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	const int32_t *tcomb = ARENA(d, const int32_t, o_tcomb);
+	/* the token's rows and weights, loaded once by K threads */
+	__shared__ int32_t s_r[XFER_MOE_TOPK_MAX];
+	__shared__ float s_w[XFER_MOE_TOPK_MAX];
+	trace_start(d, round, KT_CRECV);
 	bool failed = proxy_failed(d) || ARENA(d, const uint32_t, o_misc)[MISC_BAD];
+	if (t < n && threadIdx.x < K) {
+		s_r[threadIdx.x] = failed ? -1 : tcomb[(uint64_t)t * K + threadIdx.x];
+		s_w[threadIdx.x] = wts[(uint64_t)t * K + threadIdx.x];
+	}
+	__syncthreads();
+	enum { BATCH = 8 }; /* rows loaded before any is summed: their loads overlap */
 	for (uint32_t c = threadIdx.x; t < n && c < H / 8; c += blockDim.x) {
 		float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-		for (uint32_t k = 0; k < K && !failed; k++) {
-			int32_t r = tcomb[(uint64_t)t * K + k];
-			if (r < 0)
-				continue;
-			float w = wts[(uint64_t)t * K + k];
-			uint4 raw = __ldcg((const uint4 *)(d.comb_recv + (uint64_t)r * d.CB) + c);
-			const __nv_bfloat16 *y = (const __nv_bfloat16 *)&raw;
+		for (uint32_t k0 = 0; k0 < K; k0 += BATCH) {
+			uint4 raw[BATCH];
 #pragma unroll
-			for (int i = 0; i < 8; i++) /* one rounding per product and per sum */
-				acc[i] = __fadd_rn(acc[i], __fmul_rn(w, __bfloat162float(y[i])));
+			for (int b = 0; b < BATCH; b++) {
+				uint32_t k = k0 + b;
+				int32_t r = k < K ? s_r[k] : -1;
+				raw[b] = r < 0 ? make_uint4(0, 0, 0, 0)
+					       : __ldcg((const uint4 *)(d.comb_recv + (uint64_t)r * d.CB) + c);
+			}
+#pragma unroll
+			for (int b = 0; b < BATCH; b++) {
+				uint32_t k = k0 + b;
+				if (k >= K || s_r[k] < 0)
+					continue;
+				float w = s_w[k];
+				const __nv_bfloat16 *y = (const __nv_bfloat16 *)&raw[b];
+#pragma unroll
+				for (int i = 0; i < 8; i++) /* slot order; one rounding per product and per sum */
+					acc[i] = __fadd_rn(acc[i], __fmul_rn(w, __bfloat162float(y[i])));
+			}
 		}
 		__nv_bfloat16 o[8];
 #pragma unroll
@@ -581,6 +837,8 @@ __global__ void moe_comb_recv_kernel(moe_dev d, uint32_t n, const float *wts, ui
 			o[i] = __float2bfloat16_rn(acc[i]);
 		*((uint4 *)(out + (uint64_t)t * H) + c) = *(const uint4 *)o;
 	}
-	if (last_block(d, CNT_CRECV) && threadIdx.x == 0)
-		st_release_sys(&d.ctl->k_comb_done, round);
+	if (last_block(d, CNT_CRECV) && threadIdx.x == 0) {
+		st_ctl(d, &d.ctl->k_comb_done, round);
+		trace_at(d, round, KT_CRECV, 1);
+	}
 }
