@@ -36,8 +36,6 @@ static int reg_on_worker(xfer_engine_t *e, void *arg)
 	int ret = xi_regions_add(e, mr);
 	if (ret && mr->native)
 		mr->native_err = ret;
-	if (!ret && mr->gpu >= 0)
-		xi_regions_gpu_warm(e, mr->gpu); /* before any kernel of the application waits on it */
 	return ret;
 }
 

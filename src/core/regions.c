@@ -3,8 +3,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "core/worker.h"
-#include "gpu/gpu_copy.h"
 #include "util/log.h"
 #include "util/sys.h"
 
@@ -137,9 +135,4 @@ void xi_regions_release_all(xfer_engine_t *e)
 xfer_mr_t *xi_regions_next(const xfer_engine_t *e, uint32_t *pos)
 {
 	return xi_idmap_next(&e->regions, pos);
-}
-
-void xi_regions_gpu_warm(xfer_engine_t *e, int dev)
-{
-	xi_gpu_warm(e->w->gpu, dev);
 }

@@ -30,8 +30,4 @@ void xi_regions_release_all(xfer_engine_t *e);
 /* Visits the table: *pos = 0 first; NULL when done. */
 xfer_mr_t *xi_regions_next(const xfer_engine_t *e, uint32_t *pos);
 
-/* On the worker: the GPU copy kernel loaded into device dev's context now
- * (gpu/gpu_copy.h, xi_gpu_warm), as a GPU region is registered. */
-void xi_regions_gpu_warm(xfer_engine_t *e, int dev);
-
 #endif

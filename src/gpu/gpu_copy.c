@@ -604,18 +604,6 @@ void xi_gpu_forget(struct xi_gpu *g)
 
 /* ---------------------------------------------------------- paged copies */
 
-void xi_gpu_warm(struct xi_gpu *g, int dev)
-{
-	if (!g || !xi_gpu_kernels_on(g, dev))
-		return;
-	/* An empty launch (no jobs: every thread returns at once) makes the
-	 * driver load the function now, even under CUDA_MODULE_LOADING=LAZY.
-	 * The fake driver refuses it; nothing depends on its result. */
-	static struct xi_pages_args none;
-	void *params[] = {&none};
-	(void)g->c->cuLaunchKernel(g->k[dev].fn, 1, 1, 1, XI_PAGES_THREADS, 1, 1, 0, g->stream[dev], params, NULL);
-}
-
 int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
 {
 	return g && stream_of(g, dev) && kernels_of(g, dev) ? 1 : 0;

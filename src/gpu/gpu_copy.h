@@ -102,14 +102,6 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p);
  * and benchmarks' labels. Loads the kernels on first use. */
 int xi_gpu_kernels_on(struct xi_gpu *g, int dev);
 
-/* Loads the copy kernel into device dev's context now (registration of a
- * GPU region calls it): loading a module later, while an application
- * kernel spins on the GPU waiting for data that needs the copy kernel
- * (a consumer polling a completion signal word), can wait for that kernel
- * to finish, which it never does. Run 3 on an H200: test_gpu_signal staged
- * hung until this. */
-void xi_gpu_warm(struct xi_gpu *g, int dev);
-
 /* Finished copies, oldest first, at most max; stops at the first running one. */
 int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);
 uint32_t xi_gpu_pending(const struct xi_gpu *g);
