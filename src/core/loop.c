@@ -50,12 +50,13 @@ int xi_worker_setup(struct worker *w)
 		if (end != v && !*end)
 			w->reply_watch_ns = ns > REPLY_WATCH_MAX_NS ? REPLY_WATCH_MAX_NS : ns;
 	}
-	return 0;
+	return xi_notice_init(w);
 }
 
 void xi_worker_free(struct worker *w)
 {
 	xi_imm_table_destroy(&w->imm);
+	xi_notice_free(w);
 	xi_ops_free(w);
 	xi_tx_free(w);
 	xi_deliver_free(w);
@@ -161,6 +162,8 @@ static int poll_gpu(struct worker *w)
 		struct wr *wr = ev[i].ctx;
 		if (wr->kind == WR_STAGE)
 			xi_path_staged_src(w, wr, ev[i].status);
+		else if (wr->kind == WR_LANDING)
+			xi_notice_landed_gpu(w, wr, ev[i].status);
 		else
 			xi_notice_copied(w, wr, ev[i].status);
 	}
