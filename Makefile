@@ -21,7 +21,7 @@ VENV_PY := $(abspath $(VENV))/bin/python
 PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV_PY) -m pip install -q
 
 .PHONY: all build configure demo pd-demo test test-asan test-tsan check-all install venv wheel \
-	bench bench-multinic test-rdma bench-rdma fuzz soak clean distclean FORCE
+	bench bench-peers bench-multinic test-rdma bench-rdma fuzz soak clean distclean FORCE
 
 all: build
 
@@ -107,6 +107,13 @@ wheel: $(VENV)/.xfer-wheel-tools
 # The standard benchmark matrix on the default provider (issue: xfer-bench).
 bench: build
 	scripts/bench.sh $(BUILD)
+
+# xfer beside NIXL (UCX) and Mooncake Transfer Engine (TCP) on the same cases,
+# tcp and shm (python/bench/peers.py). Not in `make test`: it installs the
+# two from PyPI into $(BUILD)/peers-venv (about 0.5 GB, once), so it runs
+# only where PyPI is reachable.
+bench-peers: build
+	$(PYTHON) python/bench/peers.py --build $(BUILD)
 
 # Striping over two NICs vs one, each capped with tbf (needs root).
 bench-multinic: build

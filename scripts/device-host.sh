@@ -22,6 +22,16 @@
 #       rows: old (before the restructure) against the new side, default
 #       mode, unpinned; on shm the old build's shm (libfabric's) against
 #       ofi-shm
+# XFER_HOST_PLAN=left runs instead only what the last full run left
+# (about 110 s on the 16 cores): the ping-pongs (0.4 s x 5 rounds) in
+# busy-poll mode, busy-poll with the worker's reply watch off
+# (XFER_REPLY_WATCH_NS=0: the engine before it, same build) or at 4 us, and
+# the default mode; then the rows that missed (shm single 1M/16M, tcp
+# single 1K/1M, paged 1K/4K x 10,000; XFER_HOST_TP_SECONDS x
+# XFER_HOST_TP_ROUNDS, 0.6 s x 5) in busy-poll and default mode; table.txt
+# has them side by side (scripts/device-host3.sh runs this plan).
+# XFER_HOST_PLAN=pp: the ping-pongs alone, 7 rounds, busy / no watch /
+# default (about 40 s; scripts/device-host3.sh pp).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
 # cuts each step's timeout to what is left of it.
@@ -85,6 +95,57 @@ ab() { # name, provider, old build's provider
 		XFER_AB_ARGS="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 4K,64K --pages 10000" \
 		bash "$here/bench-ab.sh" "$old" "$abnew" "$3:$2"
 }
+# One xfer-bench run of some rows: step name PROV-MODE-PART, busy-poll
+# on|off, extra environment (VAR=value, or -), row options.
+rows_of() {
+	local name=$1 bp=$2 ev=$3
+	shift 3
+	local prov=${name%%-*} mode=${name#*-}
+	mode=${mode%-*}
+	[ "$ev" = - ] && ev=XFER_HOST_PLAN=left
+	step "$name" 60 env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
+		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
+	labels+=("$prov/$mode=$out/$name.log")
+}
+if [ "${XFER_HOST_PLAN:-full}" = pp ]; then
+	# Only the ping-pongs, 7 rounds: busy-poll (the watch at its default),
+	# busy-poll without it, default mode (about 40 s).
+	pp="--op imm,send --size 1K"
+	for prov in shm tcp; do
+		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp on - $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp off - $pp
+	done
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
+if [ "${XFER_HOST_PLAN:-full}" = left ]; then
+	# Ping-pongs first, in 5 rounds (their busy/no-watch gap is ~1 us):
+	# the watch at its default (busy), off (nowatch), at 4 us (watch4us).
+	pp="--op imm,send --size 1K"
+	for prov in shm tcp; do
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-busy-pp on - $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-watch4us-pp on XFER_REPLY_WATCH_NS=4000 $pp
+		rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-default-pp off - $pp
+	done
+	tp_tcp="--op single,paged --size 1K,1M --page-size 1K,4K --pages 10000"
+	tp_shm="--op single --size 1M,16M"
+	# Run 3's throughput rows moved as much between identical configurations
+	# as their misses: longer rows, more rounds (no nowatch: the watch never
+	# starts in them).
+	tps=${XFER_HOST_TP_SECONDS:-0.6} tpr=${XFER_HOST_TP_ROUNDS:-5}
+	secs=$tps rounds=$tpr rows_of tcp-busy-tp on - $tp_tcp
+	secs=$tps rounds=$tpr rows_of shm-busy-tp on - $tp_shm
+	secs=$tps rounds=$tpr rows_of tcp-default-tp off - $tp_tcp
+	secs=$tps rounds=$tpr rows_of shm-default-tp off - $tp_shm
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
 # The judged figures first (busy-poll), then the default mode beside them,
 # then the restructure's A/B, then the engine's overhead on libfabric's shm.
 bench shm busy

@@ -3,7 +3,9 @@
 raw loop and xfer in busy-poll and default mode, each xfer figure against
 the raw loop of its own run (same run, same placement).
 
-  scripts/host-table.py LABEL=FILE.json ...   (LABEL: PROVIDER/busy or PROVIDER/default)
+  scripts/host-table.py LABEL=FILE.json ...   (LABEL: PROVIDER/MODE, e.g. tcp/busy,
+      tcp/default; the modes are columns in the order first given; the
+      verdict is busy's)
 
 Throughput rows (single, paged) compare Gbit/s and want >= 0.95x; ping-pong
 rows (imm, send) compare the p50 half round trip and want <= raw + 0.5 us
@@ -38,20 +40,22 @@ runs = {}
 for arg in sys.argv[1:]:
     label, path = arg.split("=", 1)
     prov, mode = label.split("/")
-    runs.setdefault(prov, {})[mode] = load(path)
+    runs.setdefault(prov, {}).setdefault(mode, {}).update(load(path))  # a label may come in several files
 
 order = {"single": 0, "paged": 1, "imm": 2, "send": 3}
 for prov, modes in runs.items():
     slack = 2.0 if prov == "tcp" else 0.5
+    names = list(modes)
     keys = sorted({k for m in modes.values() for k in m}, key=lambda k: (order.get(k[0], 9), k[2], k[1]))
-    print(f"\n== {prov}: xfer busy-poll and default mode against the raw loop of the same run")
-    print(f"{'row':<14} {'unit':<7} {'raw(b)':>8} {'busy':>8} {'ratio':>6} {'raw(d)':>8} {'default':>8} {'ratio':>6}  verdict (busy)")
+    print(f"\n== {prov}: xfer in {', '.join(names)} mode against the raw loop of the same run")
+    print(f"{'row':<14} {'unit':<7} " + " ".join(f"{'raw(' + m[:7] + ')':>12} {m[:12]:>12} {'ratio':>6}" for m in names)
+          + "  verdict (busy)")
     for k in keys:
         op, b, pages = k
         name = f"{op} {size(b)}" + (f"x{pages}" if pages else "") if op != "imm" else "imm"
         ping = op in ("imm", "send")
         cells, verdict = [], "-"
-        for mode in ("busy", "default"):
+        for mode in names:
             r = modes.get(mode, {}).get(k, {})
             raw, xf = r.get("raw"), r.get("xfer")
             val = (lambda j: j and j.get("p50_us")) if ping else (lambda j: j and j.get("gbps"))
@@ -60,12 +64,13 @@ for prov, modes in runs.items():
                 rel = (xv - rv) if rv is not None and xv is not None else None
             else:
                 rel = (xv / rv) if rv and xv is not None else None
-            cells += [rv, xv, rel]
+            cells.append((rv, xv, rel))
             if mode == "busy" and rel is not None:
                 ok = rel <= slack if ping else rel >= 0.95
                 verdict = "ok" if ok else "MISS"
         unit = "us p50" if ping else "Gbit/s"
-        f = lambda v, w=8, p=".3g": f"{v:>{w}{p}}" if v is not None else f"{'-':>{w}}"
+        f = lambda v, w=12, p=".3g": f"{v:>{w}{p}}" if v is not None else f"{'-':>{w}}"
         rel_fmt = lambda v: (f"{v:>+6.2f}" if ping else f"{v:>6.3f}") if v is not None else f"{'-':>6}"
-        print(f"{name:<14} {unit:<7} {f(cells[0])} {f(cells[1])} {rel_fmt(cells[2])} {f(cells[3])} {f(cells[4])} {rel_fmt(cells[5])}  {verdict}")
+        print(f"{name:<14} {unit:<7} " + " ".join(f"{f(rv)} {f(xv)} {rel_fmt(rel)}" for rv, xv, rel in cells)
+              + f"  {verdict}")
     print(f"(ratio: xfer/raw for Gbit/s; for ping-pongs xfer - raw in us, target <= +{slack})")

@@ -12,7 +12,10 @@ for the RL update simulator (xfer.rl.sim reads the JSON this writes).
   engines (this machine's provider and memory, for context only: the
   simulator's NIC speed is an input).
 
-Both engines live in this process, on ``--provider`` (shm by default).
+Both engines live in this process, on ``--provider`` (``shm``, xfer's own
+same-host backend, by default; ``ofi-shm`` is libfabric's). The JSON also
+records the machine, the checkout's commit, the library loaded and the load
+average before and after, since the host costs depend on all of them.
 
     python3 python/bench/rl_engine_costs.py --out docs/rl/engine-costs.json
 """
@@ -23,6 +26,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -31,6 +35,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import xfer  # noqa: E402
+
+
+def _commit() -> str:
+    """The checkout's commit (with "+dirty" when the tree has changes), or "unknown"."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        sha = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def main() -> int:
@@ -43,6 +60,7 @@ def main() -> int:
     kw = {"provider": a.provider}
     if a.provider.startswith("tcp"):
         kw["nics"] = "lo"
+    load0 = os.getloadavg()[0]
     with xfer.Engine(**kw) as A, xfer.Engine(**kw) as B:
         pb = A.add_peer(B.address)
         pa = B.add_peer(A.address)
@@ -84,6 +102,8 @@ def main() -> int:
         "provider": A.provider, "machine": f"{platform.node()} ({os.cpu_count()} CPUs)", "python": platform.python_version(),
         "submit_us_p50": round(statistics.median(per), 2), "submit_us_p90": round(per[int(len(per) * 0.9) - 1], 2),
         "barrier_us_p50": round(statistics.median(rtt), 1), "write_GBps": round(gbps, 2),
+        "commit": _commit(), "library": xfer._lib.LIBRARY_PATH,
+        "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "command": "python3 python/bench/rl_engine_costs.py " + " ".join(sys.argv[1:]),
     }
     print(json.dumps(res, indent=1))

@@ -343,3 +343,44 @@ def test_status_messages_fit_and_parse_as_untrusted():
     assert wire.imm(wire.DATA, 4096 + 5, 3) == wire.imm(wire.DATA, 5, 3)  # steps wrap at 4096
     with pytest.raises(ValueError):
         wire.imm(wire.DATA, 0, 1 << 16)
+
+
+@pytest.mark.parametrize("mode", plan.MODES)
+def test_data_parallel_attention_layout(mode):
+    """attention="dp": everything but the routed experts whole on every rank of
+    an instance, experts split. Every byte still lands once, and in the
+    published design the many replicas of one tensor are spread over the
+    members of its mesh (each (parameter, inference rank) pair to the member
+    that has sent least) instead of one member writing every copy."""
+    sh = models.trainer_shards(SMALL, 8, 4)
+    tg, sizes = models.inference_targets(SMALL, 2, 2, attention="dp")
+    s = plan.build(sh, tg, mode=mode, region_bytes=sizes)
+    emb = [t for t in tg if t.name == "embed"]
+    assert len(emb) == 4 and all(t.shape == (SMALL.vocab, SMALL.hidden) for t in emb)
+    experts = {j: {t.name.split(".")[3] for t in tg if t.rank == j and ".experts." in t.name} for j in range(4)}
+    assert experts[0] == experts[2] and not experts[0] & experts[1]  # EP over the instance
+    sm = s.summary()
+    assert sm["ingress"] == [sum(t.nbytes + t.scale_nbytes for t in tg if t.rank == j) for j in range(4)]
+    mean = sum(sm["egress"]) / 8
+    assert max(sm["egress"]) <= 1.5 * mean, sm["egress"]
+
+
+@pytest.mark.parametrize("bad,why", [
+    (dict(offset=2 * 1024 + 1), "not aligned"),
+    (dict(dtype="float8_e4m3fn", scale_offset=-1), "scale_offset"),
+    (dict(dtype="float8_e4m3fn", scale_offset=1 << 20 | 2), "scale_offset"),
+    (dict(dtype="int3"), "unknown dtype"),
+    (dict(block=0), "block"),
+])
+def test_planner_refuses_a_misplaced_target(bad, why):
+    """The planner checks every target's placement (each destination, not only
+    the first of equal contents) and names the target."""
+    sh = models.trainer_shards(SMALL, 4, 2)
+    tg, sizes = models.inference_targets(SMALL, 2, 2)
+    i = max(j for j, t in enumerate(tg) if t.name == "embed")  # the second instance's copy of a replicated content
+    fields = dict(tg[i].__dict__)
+    fields.update(bad)
+    tg[i] = Target(**fields)
+    with pytest.raises(LayoutError, match=why) as e:
+        plan.build(sh, tg, region_bytes=[1 << 30] * 4)
+    assert "embed" in str(e.value) or why == "unknown dtype"

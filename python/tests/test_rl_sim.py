@@ -80,3 +80,31 @@ def test_offload_charges_the_shards_that_go_to_the_gpu():
     on = sim.simulate(s, sim.Inputs(offload=True), node=4)["breakdown"]["h2d"]
     assert on > 0 and sim.simulate(s, sim.Inputs(offload=False), node=4)["breakdown"]["h2d"] == 0
     assert sim.simulate(s, sim.Inputs(offload=True, h2d_GBps=1.0), node=4)["breakdown"]["h2d"] > on
+
+
+def test_qwen3_stated_inference_layout_receives_the_published_bytes():
+    """The first write-up's schedule figure (Qwen3-235B, 128 -> 32) has every
+    inference GPU receiving 37.688 GB: what a GPU of an 8-GPU instance holds
+    with attention, embeddings and lm_head whole (data-parallel attention)
+    and the experts split 8 ways, FP8 with 128 x 128 scales (docs/rl.md)."""
+    for rank in (0, 5):
+        tg, _ = models.rank_targets(models.QWEN3_235B, rank, 8, attention="dp")
+        got = sum(t.nbytes + t.scale_nbytes for t in tg)
+        assert abs(got / 1e9 - 37.688) < 0.0005, got
+    tg, _ = models.rank_targets(models.QWEN3_235B, 0, 4)  # the table's rule: 4-GPU tensor-parallel instances
+    assert sum(t.nbytes + t.scale_nbytes for t in tg) / 1e9 > 59
+
+
+def test_stated_qwen3_setup_rows(monkeypatch):
+    """The stated-setup rows run both plans at the inputs' rate and at the
+    write-up's measured link rate (on a small stand-in scenario here: the
+    full one is the CLI's)."""
+    monkeypatch.setattr(sim, "STATED_QWEN3", sim.Scenario("small-moe", 8, 4, tp=2, node=4, experts="across",
+                                                          attention="dp"))
+    rows = sim.stated(sim.Inputs())
+    assert [(r["mode"], r["link_GBps"] < 40) for r in rows] == [
+        ("xfer", False), ("xfer", True), ("published", False), ("published", True)]
+    assert abs(rows[1]["link_GBps"] - 16.133 / 0.441) < 1e-9
+    assert rows[1]["seconds"] > rows[0]["seconds"] and rows[3]["seconds"] > rows[2]["seconds"]
+    assert rows[2]["trainer_in_GB"] >= rows[0]["trainer_in_GB"] > 0  # experts across nodes: gather bytes in
+    assert "| published design |" in sim.stated_markdown(rows)

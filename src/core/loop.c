@@ -5,6 +5,7 @@
 #include "core/loop.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/call.h"
@@ -25,6 +26,10 @@
 #define SCAN_INTERVAL_NS 1000000ull
 #define POLL_BATCH 32
 #define TAKE_MAX 256 /* submissions per turn, so that polling is never starved */
+/* How long a worker watches for the application's answer to a peer's
+ * arrival (await_reply); XFER_REPLY_WATCH_NS overrides it, 0 turns it off. */
+#define REPLY_WATCH_NS 1500ull
+#define REPLY_WATCH_MAX_NS 100000ull
 
 int xi_worker_setup(struct worker *w)
 {
@@ -35,12 +40,23 @@ int xi_worker_setup(struct worker *w)
 		return ret;
 	/* Only where the CUDA driver loads. */
 	w->gpu = xi_gpu_create();
-	return 0;
+	/* Where threads yield their spins (few CPUs), the application's thread
+	 * may need this very CPU to answer: watching would only delay it. */
+	w->reply_watch_ns = w->e->attr.busy_poll && !xi_spin_yields() ? REPLY_WATCH_NS : 0;
+	const char *v = getenv("XFER_REPLY_WATCH_NS");
+	if (v && w->e->attr.busy_poll) {
+		char *end;
+		unsigned long long ns = strtoull(v, &end, 10);
+		if (end != v && !*end)
+			w->reply_watch_ns = ns > REPLY_WATCH_MAX_NS ? REPLY_WATCH_MAX_NS : ns;
+	}
+	return xi_notice_init(w);
 }
 
 void xi_worker_free(struct worker *w)
 {
 	xi_imm_table_destroy(&w->imm);
+	xi_notice_free(w);
 	xi_ops_free(w);
 	xi_tx_free(w);
 	xi_deliver_free(w);
@@ -117,10 +133,12 @@ static int poll_nics(struct worker *w, bool *drained)
 		for (int i = 0; i < got; i++) {
 			switch (ev[i].type) {
 			case NIC_EV_REMOTE_WRITE:
+				w->arrivals++;
 				xi_tel_nic(w->tel, n, TN_IMMS_RECEIVED, 1);
 				xi_imm_arrived(w, ev[i].imm, 1);
 				break;
 			case NIC_EV_RECV:
+				w->arrivals++;
 				xi_rx_done(w, ev[i].ctx, &ev[i]);
 				break;
 			case NIC_EV_TX:
@@ -144,6 +162,8 @@ static int poll_gpu(struct worker *w)
 		struct wr *wr = ev[i].ctx;
 		if (wr->kind == WR_STAGE)
 			xi_path_staged_src(w, wr, ev[i].status);
+		else if (wr->kind == WR_LANDING)
+			xi_notice_landed_gpu(w, wr, ev[i].status);
 		else
 			xi_notice_copied(w, wr, ev[i].status);
 	}
@@ -191,6 +211,45 @@ static void wake_app(struct worker *w)
 	xi_rx_wake(w);
 }
 
+/* Busy-poll mode with cores to spare: an application waiting for its peer
+ * (an immediate's expectation firing, a message) usually answers at once (a
+ * ping-pong's pong, a MoE combine after its dispatch). Its submission lands
+ * a few hundred ns after our push; without this watch it waits for the rest
+ * of the turn and the next round of NIC polls (on tcp a provider progress
+ * call of a microsecond or more). So after a turn in which a peer's arrival
+ * was handed to the application, take and post what it submits, NICs
+ * unpolled, until something is posted or reply_watch_ns pass: nothing that
+ * the application waits for can come back from the peer sooner than a
+ * round trip after that answer.
+ * Only after arrivals handed over, never after a plain write completion:
+ * the initiator of a ping-pong gets its write's completion shortly before
+ * the pong, which a watch would hold up. Returns the work done. */
+static int await_reply(struct worker *w)
+{
+	const struct mpmc_queue *q = &w->e->subq;
+	/* From now, not from the turn's start: on tcp the turn's provider poll
+	 * alone can outlast the watch. */
+	uint64_t end = xi_now_ns() + w->reply_watch_ns;
+	int n = 0;
+	for (unsigned i = 1;; i++) {
+		if (!xi_mpmc_empty_hint(q)) {
+			n += take_submissions(w);
+			int posted = xi_path_post_pending(w);
+			n += posted;
+			/* The answer is out (an expectation re-armed alone is not):
+			 * back to the NICs, where its echo and the peer's next
+			 * request come in. On shm the target applies writes in its
+			 * poll, so a watch held past the answer delays them. */
+			if (posted)
+				return n;
+		}
+		/* A clock read (vDSO) every 16 looks keeps the watch cheap. */
+		if ((i & 15) == 0 && xi_now_ns() >= end)
+			return n;
+		xi_cpu_relax();
+	}
+}
+
 int xi_worker_loop_once(struct worker *w, uint64_t now)
 {
 	int n = 0;
@@ -215,7 +274,11 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 		uint64_t soon = now + SCAN_INTERVAL_NS;
 		w->next_scan_ns = next < soon ? soon : next;
 	}
+	bool reply_due = w->arrivals && (w->cq_pushed || w->inbox_pushed);
+	w->arrivals = 0;
 	wake_app(w);
+	if (reply_due && w->reply_watch_ns)
+		n += await_reply(w);
 	return n;
 }
 

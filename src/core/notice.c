@@ -1,6 +1,7 @@
 #include "core/notice.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include "core/imm_counters.h"
 #include "core/liveness.h"
@@ -231,12 +232,82 @@ bool xi_notice_waiting(const struct worker *w)
 	return w->notice_head != NULL;
 }
 
+/* Copies of notices' ranges in flight at most: the GPU copy ring's size. */
+#define XI_LANDINGS XI_GPU_RING
+
+static void landings_reset(struct worker *w)
+{
+	w->free_landings = NULL;
+	for (uint32_t i = 0; w->landings && i < XI_LANDINGS; i++) {
+		w->landings[i].next_free = w->free_landings;
+		w->free_landings = &w->landings[i];
+	}
+}
+
+int xi_notice_init(struct worker *w)
+{
+	if (!w->gpu)
+		return 0;
+	w->landings = calloc(XI_LANDINGS, sizeof(*w->landings));
+	/* Page numbers of the largest notice our receive buffers hold. */
+	w->landing_idx_max = xi_notice_ranges_max(w->e->attr.msg_max);
+	w->landing_idx = calloc(w->landing_idx_max ? w->landing_idx_max : 1, sizeof(*w->landing_idx));
+	if (!w->landings || !w->landing_idx)
+		return -ENOMEM;
+	landings_reset(w);
+	return 0;
+}
+
+void xi_notice_free(struct worker *w)
+{
+	free(w->landings);
+	free(w->landing_idx);
+	w->landings = w->free_landings = NULL;
+	w->landing_idx = NULL;
+}
+
 void xi_notice_forget(struct worker *w)
 {
 	w->notice_head = w->notice_tail = NULL;
+	landings_reset(w); /* their copies were forgotten with the GPU's */
 }
 
 /* ----------------------------------------------------------- the receiver */
+
+/* A paged write's ranges (all one length, on 16-byte boundaries: the
+ * common case) land by one scatter kernel reading the mapped mirror, rather
+ * than one copy-engine call each (about 5 us of the worker apiece): 0, 1
+ * (not such ranges, or no kernel: copy them one by one), or the error. */
+static int land_by_kernel(struct worker *w, const xfer_mr_t *mr, const struct xi_notice *n)
+{
+	uint64_t off, len, mirror_dev;
+	if (n->nranges < 2 || !w->landing_idx || n->nranges > w->landing_idx_max || !xi_gpu_kernels_on(w->gpu, mr->gpu))
+		return 1;
+	xi_notice_range(n, 0, &off, &len);
+	const uint64_t page = len;
+	for (uint32_t i = 0; i < n->nranges; i++) {
+		xi_notice_range(n, i, &off, &len);
+		if (len != page || (off | len) & 15 || off / 16 > UINT32_MAX)
+			return 1;
+		w->landing_idx[i] = (uint32_t)(off / 16);
+	}
+	if (xi_gpu_host_dev(w->gpu, mr->reg_buf, &mirror_dev))
+		return 1;
+	struct xi_gpu_pages pg = {
+		.src_base = mirror_dev,
+		.src_stride = 16,
+		.dst_base = (uint64_t)(uintptr_t)mr->buf,
+		.dst_stride = 16,
+		.page_len = page,
+		.src_pages = w->landing_idx,
+		.dst_pages = w->landing_idx,
+		.npages = n->nranges,
+	};
+	/* A full page-list ring must not cost the notice its immediates: then
+	 * the ranges go one by one. */
+	int ret = xi_gpu_copy_pages(w->gpu, &pg);
+	return ret == -EAGAIN ? 1 : ret;
+}
 
 void xi_notice_received(struct worker *w, const struct xi_notice *n)
 {
@@ -258,6 +329,30 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 				return;
 			}
 		}
+		struct landing *l = w->free_landings;
+		if (l && xi_gpu_copy_begin(w->gpu, mr->gpu) == 0) {
+			int ret = land_by_kernel(w, mr, n);
+			for (uint32_t i = 0; i < n->nranges && ret == 1; i++) {
+				uint64_t off, len;
+				xi_notice_range(n, i, &off, &len);
+				ret = xi_gpu_copy_add(w->gpu, (uint64_t)(uintptr_t)mr->buf + off, 0,
+						      (const uint8_t *)mr->reg_buf + off, len);
+				if (!ret && i + 1 < n->nranges)
+					ret = 1;
+			}
+			l->wr.kind = WR_LANDING;
+			if (!ret)
+				ret = xi_gpu_copy_end(w->gpu, &l->wr);
+			if (ret) {
+				xerr("copy to GPU failed; immediates of this notice withheld");
+				return;
+			}
+			w->free_landings = l->next_free;
+			l->imm = n->imm;
+			l->count = n->count;
+			return;
+		}
+		/* Every landing in use (or the copy ring full): copy now. */
 		int ret = 0;
 		for (uint32_t i = 0; i < n->nranges && !ret; i++) {
 			uint64_t off, len;
@@ -271,4 +366,15 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 		}
 	}
 	xi_imm_arrived(w, n->imm, n->count);
+}
+
+void xi_notice_landed_gpu(struct worker *w, struct wr *wr, int status)
+{
+	struct landing *l = (struct landing *)wr;
+	if (status)
+		xerr("copy to GPU failed; immediates of this notice withheld");
+	else
+		xi_imm_arrived(w, l->imm, l->count);
+	l->next_free = w->free_landings;
+	w->free_landings = l;
 }

@@ -38,12 +38,22 @@ void xi_notice_done(struct worker *w, struct wr *wr, int status);
 /* Posts waiting notices in order; returns how many left the list. */
 int xi_notice_flush(struct worker *w);
 bool xi_notice_waiting(const struct worker *w);
-/* Stop: waiting notices are abandoned. */
+/* Stop: waiting notices are abandoned, and landings in flight with them. */
 void xi_notice_forget(struct worker *w);
 
 /* A peer's notice arrived (untrusted): copy the ranges from our mirror to
  * the GPU, then count the immediates. One naming no GPU region of ours, or
- * a range outside it, is dropped whole. */
+ * a range outside it, is dropped whole. The copy is a tracked one the
+ * worker polls (xi_notice_landed_gpu counts the immediates when it is
+ * done), so that the worker never waits for the GPU; it falls back to a
+ * synchronous copy only while every landing is in use. */
 void xi_notice_received(struct worker *w, const struct xi_notice *n);
+/* The copy of landing wr finished with status: count its immediates (or,
+ * after a failure, withhold them). */
+void xi_notice_landed_gpu(struct worker *w, struct wr *wr, int status);
+
+/* Landings of this worker (only where a GPU copy engine exists). */
+int xi_notice_init(struct worker *w);
+void xi_notice_free(struct worker *w);
 
 #endif

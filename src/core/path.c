@@ -136,6 +136,22 @@ static int stage_pieces(struct worker *w, const struct op *op, const xfer_mr_t *
 					    s->u.write.len);
 	case SUB_PAGED: {
 		const struct xfer_paged_write *pw = &s->u.paged;
+		uint64_t mirror_dev;
+		if (xi_gpu_kernels_on(w->gpu, src->gpu) && !xi_gpu_host_dev(w->gpu, mirror, &mirror_dev)) {
+			/* One gather kernel into the mapped mirror (same layout as the
+			 * region) rather than a copy-engine call per page. */
+			struct xi_gpu_pages pg = {
+				.src_base = dev + pw->src_base,
+				.src_stride = pw->src_stride,
+				.dst_base = mirror_dev + pw->src_base,
+				.dst_stride = pw->src_stride,
+				.page_len = pw->page_len,
+				.src_pages = pw->src_pages,
+				.dst_pages = pw->src_pages,
+				.npages = pw->npages,
+			};
+			return xi_gpu_copy_pages(w->gpu, &pg);
+		}
 		for (uint32_t i = 0; i < pw->npages && !ret; i++) {
 			uint64_t off = pw->src_base + (uint64_t)pw->src_pages[i] * pw->src_stride;
 			ret = xi_gpu_copy_add_dtoh(w->gpu, mirror + off, dev + off, pw->page_len);
@@ -447,8 +463,8 @@ static int copy_piece(struct worker *w, uint64_t dst, const xfer_mr_t *src, uint
 {
 	if (!len)
 		return 0;
-	if (src->gpu >= 0)
-		return xi_gpu_copy_add(w->gpu, dst, (uint64_t)(uintptr_t)src->buf + off, NULL, len);
+	if (src->gpu >= 0) /* by kernel or copy engine, as gpu_copy picks by size */
+		return xi_gpu_copy_dtod(w->gpu, dst, (uint64_t)(uintptr_t)src->buf + off, len);
 	return xi_gpu_copy_add(w->gpu, dst, 0, (const uint8_t *)src->buf + off, len);
 }
 
@@ -686,6 +702,9 @@ int xi_path_post_pending(struct worker *w)
 		op->path->settle(w, op);
 		n++;
 	}
+	/* Same-host GPU copies posted above wait in one kernel batch: launch
+	 * it now, once for all of them. */
+	xi_gpu_flush(w->gpu);
 	return n;
 }
 

@@ -21,6 +21,7 @@ enum wr_kind {
 	WR_NOTICE, /* the notice of one entry or copy, carried by its own context */
 	WR_COPY,   /* a GPU copy in flight, whose context becomes its notice */
 	WR_STAGE,  /* a GPU source's copy into its host mirror, before its requests */
+	WR_LANDING, /* a target's copy of a notice's ranges from its mirror to the GPU */
 };
 
 /* One posted request; the backend's context must come first. The context
@@ -105,6 +106,14 @@ struct tx_state {
 	uint32_t *free_send, nfree_send;
 };
 
+/* A peer's notice whose ranges are being copied from our mirror to the GPU
+ * (core/notice.c): its immediates count once the copy's event fires. */
+struct landing {
+	struct wr wr; /* first: the copy's context, kind WR_LANDING */
+	uint32_t imm, count;
+	struct landing *next_free;
+};
+
 struct worker {
 	xfer_engine_t *e;
 	/* core/op.c */
@@ -132,6 +141,8 @@ struct worker {
 	uint32_t nsuspect;
 	/* core/notice.c */
 	struct wr *notice_head, *notice_tail; /* notices waiting for a credit or buffer */
+	struct landing *landings, *free_landings; /* XI_LANDINGS, where a GPU is */
+	uint32_t *landing_idx, landing_idx_max;   /* a notice's ranges as page numbers */
 	/* core/telemetry.c: counters and histograms the readers aggregate */
 	struct xi_tel *tel;
 	/* gpu/gpu_copy.c, NULL without a CUDA driver */
@@ -142,6 +153,8 @@ struct worker {
 	int epfd;
 	bool all_nics_have_fd;
 	uint64_t doze_ns; /* next sleep without a NIC wait object */
+	uint64_t reply_watch_ns; /* busy-poll with cores to spare: see await_reply (core/loop.c) */
+	uint32_t arrivals;  /* immediates and messages from peers polled this turn */
 };
 
 /* Stops posting the rest of op (cancel, deadline, stop, failure); what is

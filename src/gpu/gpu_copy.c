@@ -1,12 +1,14 @@
 /* The worker's GPU copy engine (gpu_copy.h). Two kinds of copies:
- *  - staging copies between a GPU region and its pinned host mirror, for
- *    NICs that cannot reach device memory. They block the worker, but only
- *    for their own bytes: the application must have finished writing a
- *    source before it submits (as with any RDMA library), and nothing here
- *    waits for its streams;
+ *  - synchronous staging copies between a GPU region and its pinned host
+ *    mirror (xi_gpu_stage_*), now only a target's fallback. They block the
+ *    worker, but only for their own bytes: the application must have
+ *    finished writing a source before it submits (as with any RDMA
+ *    library), and nothing here waits for its streams;
  *  - tracked copies between GPUs of one host (through a peer's CUDA IPC
- *    mapping, NVLink where present) or host to GPU, issued on a stream and
- *    followed by an event; xi_gpu_poll reports each as it finishes, in order.
+ *    mapping, NVLink where present), host to GPU, or between a region and
+ *    its mirror, issued on a stream (copy engine, or jobs of the copy
+ *    kernel's next launch) and followed by an event; xi_gpu_poll reports
+ *    each as it finishes, in order.
  * Every copy goes on this engine's own non-blocking stream of its device:
  * a synchronous cuMemcpy would use the legacy default stream, where PyTorch
  * and most applications queue their kernels, and so would wait for every
@@ -19,15 +21,30 @@
 
 #include "gpu/cuda_api.h"
 #include "gpu/fatbin.h"
+#include "gpu/gpu_trace.h"
 #include "gpu/kernel_args.h"
 #include "util/log.h"
 #include "xfer.h"
 
 struct gpu_wait {
 	void *ctx;
-	CUevent event;
+	CUevent event; /* NULL while its kernel job waits in the open batch */
 	int dev;
 	uint32_t idx_bytes; /* of its device's page-list ring, freed when it fires */
+	bool failed;        /* its batch's launch failed: reported as -EIO */
+	uint32_t trace;     /* its trace record (XFER_GPU_TRACE) */
+};
+
+/* Kernel jobs of calls posted in one turn of the worker, launched together
+ * (xi_gpu_flush, or sooner when full or when other work must follow them on
+ * the stream). The copies ended so far whose jobs are in it are the last
+ * `waiting` entries of the ring: their events are recorded after the launch. */
+struct kbatch {
+	struct xi_pages_args a;
+	int dev;
+	uint32_t waiting;
+	uint32_t trace;
+	uint64_t bytes;
 };
 
 /* Page lists of kernels in flight: pinned host memory written here, which
@@ -65,6 +82,16 @@ struct xi_gpu {
 	uint32_t pend_idx;
 	int index_mode; /* XFER_GPU_INDEX at creation: 0 by size, 1 mapped, 2 device */
 	struct gpu_kernels k[XI_GPU_DEVS];
+	struct kbatch kb;
+	bool cur_in_batch;   /* the copy being built has a job in kb */
+	bool cur_failed;     /* ... and kb's launch failed: the copy fails */
+	uint64_t t_begin;    /* XFER_GPU_TRACE: when the copy being built began */
+	bool batch_calls;    /* XFER_GPU_BATCH != 0: calls of a turn share a launch */
+	uint64_t kernel_max; /* contiguous device copies up to this go by kernel */
+	struct xi_gpu_trace *trace; /* made with the first stream: it needs a context */
+	bool trace_tried;
+	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
+	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 };
 
 static bool env_is(const char *name, const char *value)
@@ -85,6 +112,24 @@ struct xi_gpu *xi_gpu_create(void)
 	g->cur_dev = -1;
 	g->dev = -1;
 	g->index_mode = env_is("XFER_GPU_INDEX", "mapped") ? 1 : env_is("XFER_GPU_INDEX", "device") ? 2 : 0;
+	g->batch_calls = !env_is("XFER_GPU_BATCH", "0");
+	g->kernel_max = XI_GPU_KERNEL_MAX_DEFAULT;
+	const char *km = getenv("XFER_GPU_KERNEL_MAX");
+	if (km && *km) {
+		char *end;
+		unsigned long long v = strtoull(km, &end, 0);
+		if (*end == 'k' || *end == 'K')
+			v <<= 10;
+		else if (*end == 'm' || *end == 'M')
+			v <<= 20;
+		g->kernel_max = v;
+	}
+	g->kb.dev = -1;
+	/* Off by default: measured on an H200 (docs/performance.md), random
+	 * pages ran at half speed spread (0.33-0.38x vs 0.76-0.92x a contiguous
+	 * copy for 16/64 KiB pages), likely for want of TLB locality. */
+	g->spread = env_is("XFER_GPU_SPREAD", "1");
+	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	return g;
 }
 
@@ -105,6 +150,10 @@ static CUstream stream_of(struct xi_gpu *g, int dev)
 		return NULL;
 	if (!g->stream[dev] && g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
 		return NULL;
+	if (!g->trace_tried) {
+		g->trace_tried = true; /* pinned memory needs a current context */
+		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
+	}
 	return g->stream[dev];
 }
 
@@ -127,183 +176,12 @@ void xi_gpu_destroy(struct xi_gpu *g)
 		if (k->dev)
 			g->c->cuMemFree(k->dev);
 	}
+	xi_gpu_trace_destroy(g->trace);
 	free(g);
 }
 
-/* ---------------------------------------------------------------- staging */
+/* ---------------------------------------------------------- copy kernels */
 
-int xi_gpu_stage_dtoh(struct xi_gpu *g, int dev, void *dst, uint64_t src, size_t len)
-{
-	CUstream st = stream_of(g, dev);
-	if (!st)
-		return -XFER_ENOGPU;
-	return len && g->c->cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
-}
-
-int xi_gpu_stage_htod(struct xi_gpu *g, int dev, uint64_t dst, const void *src, size_t len)
-{
-	CUstream st = stream_of(g, dev);
-	if (!st)
-		return -XFER_ENOGPU;
-	return len && g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src, len, st) ? -EIO : 0;
-}
-
-int xi_gpu_stage_wait(struct xi_gpu *g, int dev)
-{
-	CUstream st = stream_of(g, dev);
-	if (!st)
-		return -XFER_ENOGPU;
-	return g->c->cuStreamSynchronize(st) ? -EIO : 0;
-}
-
-/* -------------------------------------------------------------------- IPC */
-
-int xi_gpu_ipc_open(struct xi_gpu *g, int dev, const uint8_t *handle, uint64_t *ptr)
-{
-	/* Any device's context can open the handle; the caller prefers the
-	 * source's. */
-	if (!stream_of(g, dev))
-		return -XFER_ENOGPU;
-	CUipcMemHandle h;
-	memcpy(&h, handle, sizeof(h));
-	CUdeviceptr opened = 0;
-	if (g->c->cuIpcOpenMemHandle(&opened, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
-		return -EIO;
-	*ptr = opened;
-	return 0;
-}
-
-void xi_gpu_ipc_close(uint64_t ptr)
-{
-	const struct cuda_api *c = ptr ? xi_cuda_get() : NULL;
-	if (c)
-		c->cuIpcCloseMemHandle((CUdeviceptr)ptr);
-}
-
-/* --------------------------------------------------------- tracked copies */
-
-int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
-{
-	if (dev < 0 || dev >= XI_GPU_DEVS)
-		return -XFER_ENOGPU;
-	if (g->count == XI_GPU_RING)
-		return -EAGAIN;
-	if (!stream_of(g, dev))
-		return -XFER_ENOGPU;
-	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
-	CUevent *ev = &g->events[dev][slot];
-	if (!*ev && g->c->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING))
-		return -XFER_ENOGPU;
-	if (g->pend_idx && g->dev >= 0) {
-		/* The previous copy was abandoned after reserving page lists. */
-		g->k[g->dev].tail -= g->pend_idx;
-		g->k[g->dev].used -= g->pend_idx;
-	}
-	g->pend_idx = 0;
-	g->dev = dev;
-	g->nbatch = 0;
-	return 0;
-}
-
-int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len)
-{
-	CUstream st = g->stream[g->dev];
-	if (!len)
-		return 0;
-	if (src_host)
-		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
-	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
-}
-
-int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
-{
-	if (!len)
-		return 0;
-	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
-}
-
-/* Hands the pieces gathered so far to the driver in one call. Copies are
- * idempotent: a refused batch is redone piece by piece. */
-static int flush_batch(struct xi_gpu *g)
-{
-	size_t n = g->nbatch, first = 0;
-	g->nbatch = 0;
-	if (!n)
-		return 0;
-	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
-	if (!g->batch_off && !g->c->cuMemcpyBatchAsync(g->batch_dst, g->batch_src, g->batch_len, n, &attr,
-						       &first, 1, g->stream[g->dev]))
-		return 0;
-	if (!g->batch_off)
-		xwarn("the driver refused a batched copy; same-host paged writes copy page by page");
-	g->batch_off = true;
-	int ret = 0;
-	for (size_t i = 0; i < n && !ret; i++)
-		ret = xi_gpu_copy_add(g, g->batch_dst[i], g->batch_src[i], NULL, g->batch_len[i]);
-	return ret;
-}
-
-int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
-{
-	if (!len)
-		return 0;
-	if (!g->c->cuMemcpyBatchAsync || g->batch_off)
-		return xi_gpu_copy_add(g, dst, src, NULL, len);
-	g->batch_dst[g->nbatch] = (CUdeviceptr)dst;
-	g->batch_src[g->nbatch] = (CUdeviceptr)src;
-	g->batch_len[g->nbatch] = len;
-	return ++g->nbatch == XI_GPU_BATCH ? flush_batch(g) : 0;
-}
-
-int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
-{
-	int ret = flush_batch(g);
-	if (ret)
-		return ret;
-	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
-	CUevent ev = g->events[g->dev][slot];
-	/* Whatever the caller sends after the copy must wait for this event. */
-	if (g->c->cuEventRecord(ev, g->stream[g->dev]))
-		return -EIO;
-	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .dev = g->dev, .idx_bytes = g->pend_idx};
-	g->pend_idx = 0;
-	g->count++;
-	return 0;
-}
-
-int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
-{
-	int n = 0;
-	while (n < max && g->count) {
-		struct gpu_wait *wt = &g->ring[g->head];
-		CUresult r = g->c->cuEventQuery(wt->event);
-		if (r == CUDA_ERROR_NOT_READY)
-			break;
-		ev[n++] = (struct xi_gpu_event){.ctx = wt->ctx, .status = r ? -EIO : 0};
-		g->k[wt->dev].used -= wt->idx_bytes;
-		g->head = (g->head + 1) % XI_GPU_RING;
-		g->count--;
-	}
-	return n;
-}
-
-uint32_t xi_gpu_pending(const struct xi_gpu *g)
-{
-	return g ? g->count : 0;
-}
-
-void xi_gpu_forget(struct xi_gpu *g)
-{
-	if (!g)
-		return;
-	g->count = 0;
-	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
-		g->k[dev].used = 0;
-}
-
-/* ---------------------------------------------------------- paged kernels */
-
-/* Loads the kernels into dev's context (current: stream_of ran) once. */
 static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 {
 	static int logged;
@@ -350,6 +228,382 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 	return k;
 }
 
+
+/* n bytes of a page-list ring at *off, the bytes taken (n and any end
+ * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
+ * hold it, or 1 for a list that would not fit even an empty ring. */
+
+/* Launches the open batch: every job queued since the last launch, one
+ * kernel, then one event for all the copies that ended with a job in it (the
+ * last kb.waiting entries of the ring). A failed launch fails those copies
+ * (and the one being built, if its job was in it). */
+static void launch_batch(struct xi_gpu *g)
+{
+	struct kbatch *b = &g->kb;
+	if (!b->a.njobs)
+		return;
+	const struct cuda_api *c = g->c;
+	struct gpu_kernels *k = &g->k[b->dev];
+	CUstream st = stream_of(g, b->dev);
+	uint64_t warps_per_cta = XI_PAGES_THREADS / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
+	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
+	 * grid-stride loop. */
+	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
+	if (most > XI_GPU_MAX_CTAS)
+		most = XI_GPU_MAX_CTAS;
+	if (g->spread)
+		ctas = b->a.items; /* one warp per CTA at least, over as many SMs as can be had */
+	unsigned grid = (unsigned)(ctas < most ? ctas : most);
+	struct xi_trace_rec *tr = g->trace ? xi_gpu_trace_rec(g->trace, b->trace) : NULL;
+	if (tr) {
+		b->a.trace = xi_gpu_trace_slots(g->trace, b->trace);
+		tr->ctas = grid;
+		tr->calls = b->a.njobs;
+		tr->items = b->a.items;
+		tr->bytes = b->bytes;
+		tr->t_launch = xi_gpu_trace_now();
+	}
+	void *params[] = {&b->a};
+	const struct xi_pages_job *j0 = &b->a.job[0];
+	bool ok;
+	if (g->lone_engine && b->a.njobs == 1 && !j0->src_pages && !j0->dst_pages && j0->npages == 1) {
+		/* One contiguous copy alone (one call in flight): measured on an
+		 * H200, the copy engine returns it sooner than a launch does
+		 * (docs/performance.md); the kernel is for batches and pages. */
+		ok = st && !c->cuMemcpyDtoDAsync((CUdeviceptr)j0->dst_base, (CUdeviceptr)j0->src_base, j0->page_len, st);
+		if (tr) {
+			tr->kind = XI_TRACE_ENGINE;
+			tr->ctas = 0;
+		}
+	} else {
+		b->a.spread = g->spread;
+		ok = st && !c->cuLaunchKernel(k->fn, grid, 1, 1, XI_PAGES_THREADS, 1, 1, 0, st, params, NULL);
+	}
+	if (tr) {
+		tr->t_launched = xi_gpu_trace_now();
+		tr->rt_launched = xi_gpu_trace_realtime();
+	}
+	CUevent ev = NULL;
+	if (ok && b->waiting) {
+		ev = g->events[b->dev][(g->head + g->count - 1) % XI_GPU_RING];
+		ok = !c->cuEventRecord(ev, st);
+	}
+	if (tr)
+		tr->t_recorded = xi_gpu_trace_now();
+	for (uint32_t i = 0; i < b->waiting; i++) {
+		struct gpu_wait *wt = &g->ring[(g->head + g->count - 1 - i) % XI_GPU_RING];
+		wt->event = ok ? ev : NULL;
+		wt->failed = !ok;
+	}
+	if (!ok) {
+		xerr("GPU copy kernel launch failed: its %u call(s) fail", b->a.njobs);
+		if (g->cur_in_batch)
+			g->cur_failed = true;
+	}
+	g->cur_in_batch = false;
+	b->a.njobs = 0;
+	b->a.items = 0;
+	b->a.trace = 0;
+	b->waiting = 0;
+	b->bytes = 0;
+	b->dev = -1;
+}
+
+void xi_gpu_flush(struct xi_gpu *g)
+{
+	if (g)
+		launch_batch(g);
+}
+
+/* Adds job j (its pages' bytes in all, aligned or not) of the copy being
+ * built to the open batch. Cannot fail: a full or mismatched batch is
+ * launched first. */
+static void add_job(struct xi_gpu *g, struct xi_pages_job *j, uint64_t bytes, bool aligned)
+{
+	struct kbatch *b = &g->kb;
+	uint64_t items = (uint64_t)j->npages * j->per_page;
+	if (b->a.njobs && (b->a.njobs == XI_PAGES_JOBS || b->dev != g->dev || b->a.aligned != (uint32_t)aligned ||
+			   b->a.items + items >= (1ull << 31)))
+		launch_batch(g);
+	if (!b->a.njobs) {
+		b->dev = g->dev;
+		b->a.aligned = aligned;
+		if (g->trace)
+			b->trace = xi_gpu_trace_open(g->trace, XI_TRACE_KERNEL);
+	}
+	j->item0 = b->a.items;
+	b->a.job[b->a.njobs++] = *j;
+	b->a.items += (uint32_t)items;
+	b->bytes += bytes;
+	g->cur_in_batch = true;
+}
+
+/* ---------------------------------------------------------------- staging */
+
+/* Staging copies follow whatever was queued on the stream before them. */
+int xi_gpu_stage_dtoh(struct xi_gpu *g, int dev, void *dst, uint64_t src, size_t len)
+{
+	launch_batch(g);
+	CUstream st = stream_of(g, dev);
+	if (!st)
+		return -XFER_ENOGPU;
+	return len && g->c->cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
+}
+
+int xi_gpu_stage_htod(struct xi_gpu *g, int dev, uint64_t dst, const void *src, size_t len)
+{
+	launch_batch(g);
+	CUstream st = stream_of(g, dev);
+	if (!st)
+		return -XFER_ENOGPU;
+	return len && g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src, len, st) ? -EIO : 0;
+}
+
+int xi_gpu_stage_wait(struct xi_gpu *g, int dev)
+{
+	launch_batch(g);
+	CUstream st = stream_of(g, dev);
+	if (!st)
+		return -XFER_ENOGPU;
+	return g->c->cuStreamSynchronize(st) ? -EIO : 0;
+}
+
+/* -------------------------------------------------------------------- IPC */
+
+int xi_gpu_ipc_open(struct xi_gpu *g, int dev, const uint8_t *handle, uint64_t *ptr)
+{
+	/* Any device's context can open the handle; the caller prefers the
+	 * source's. */
+	if (!stream_of(g, dev))
+		return -XFER_ENOGPU;
+	CUipcMemHandle h;
+	memcpy(&h, handle, sizeof(h));
+	CUdeviceptr opened = 0;
+	if (g->c->cuIpcOpenMemHandle(&opened, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+		return -EIO;
+	*ptr = opened;
+	return 0;
+}
+
+void xi_gpu_ipc_close(uint64_t ptr)
+{
+	const struct cuda_api *c = ptr ? xi_cuda_get() : NULL;
+	if (c)
+		c->cuIpcCloseMemHandle((CUdeviceptr)ptr);
+}
+
+/* --------------------------------------------------------- tracked copies */
+
+int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
+{
+	if (dev < 0 || dev >= XI_GPU_DEVS)
+		return -XFER_ENOGPU;
+	if (g->count == XI_GPU_RING) {
+		launch_batch(g); /* so that the copies holding the ring can finish */
+		return -EAGAIN;
+	}
+	if (g->kb.a.njobs && g->kb.dev != dev)
+		launch_batch(g); /* a batch is one device's */
+	if (!stream_of(g, dev))
+		return -XFER_ENOGPU;
+	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
+	CUevent *ev = &g->events[dev][slot];
+	if (!*ev && g->c->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING))
+		return -XFER_ENOGPU;
+	if (g->pend_idx && g->dev >= 0) {
+		/* The previous copy was abandoned after reserving page lists. */
+		g->k[g->dev].tail -= g->pend_idx;
+		g->k[g->dev].used -= g->pend_idx;
+	}
+	g->pend_idx = 0;
+	g->dev = dev;
+	g->nbatch = 0;
+	g->cur_in_batch = false;
+	g->cur_failed = false;
+	if (g->trace)
+		g->t_begin = xi_gpu_trace_now();
+	return 0;
+}
+
+int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len)
+{
+	if (!len)
+		return 0;
+	launch_batch(g); /* jobs queued so far go first: the stream keeps order */
+	CUstream st = g->stream[g->dev];
+	if (src_host)
+		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
+	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
+}
+
+int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
+{
+	if (!len)
+		return 0;
+	launch_batch(g);
+	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
+}
+
+/* Hands the pieces gathered so far to the driver in one call. Copies are
+ * idempotent: a refused batch is redone piece by piece. */
+static int flush_batch(struct xi_gpu *g)
+{
+	size_t n = g->nbatch, first = 0;
+	g->nbatch = 0;
+	if (!n)
+		return 0;
+	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+	if (!g->batch_off && !g->c->cuMemcpyBatchAsync(g->batch_dst, g->batch_src, g->batch_len, n, &attr,
+						       &first, 1, g->stream[g->dev]))
+		return 0;
+	if (!g->batch_off)
+		xwarn("the driver refused a batched copy; same-host paged writes copy page by page");
+	g->batch_off = true;
+	int ret = 0;
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = xi_gpu_copy_add(g, g->batch_dst[i], g->batch_src[i], NULL, g->batch_len[i]);
+	return ret;
+}
+
+int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
+{
+	if (!len)
+		return 0;
+	if (!g->c->cuMemcpyBatchAsync || g->batch_off)
+		return xi_gpu_copy_add(g, dst, src, NULL, len);
+	launch_batch(g);
+	g->batch_dst[g->nbatch] = (CUdeviceptr)dst;
+	g->batch_src[g->nbatch] = (CUdeviceptr)src;
+	g->batch_len[g->nbatch] = len;
+	return ++g->nbatch == XI_GPU_BATCH ? flush_batch(g) : 0;
+}
+
+int xi_gpu_host_dev(struct xi_gpu *g, void *host, uint64_t *dev)
+{
+	CUdeviceptr d = 0;
+	if (g->c->cuMemHostGetDevicePointer(&d, host, 0))
+		return -EIO;
+	*dev = d;
+	return 0;
+}
+
+int xi_gpu_copy_dtod(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
+{
+	if (!len)
+		return 0;
+	struct gpu_kernels *k = len <= g->kernel_max && len < (1ull << 31) ? kernels_of(g, g->dev) : NULL;
+	if (!k || ((dst | src | len) & 15))
+		return xi_gpu_copy_add(g, dst, src, NULL, len);
+	int ret = flush_batch(g);
+	if (ret)
+		return ret;
+	struct xi_pages_job j = {.src_base = src, .dst_base = dst, .page_len = (uint32_t)len, .npages = 1,
+				 .per_page = (uint32_t)((len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK)};
+	add_job(g, &j, len, true);
+	return 0;
+}
+
+int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
+{
+	if (g->cur_failed)
+		return -EIO;
+	int ret = flush_batch(g);
+	if (ret)
+		return ret;
+	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
+	if (g->cur_in_batch) {
+		/* Its event comes with the batch's launch. */
+		g->ring[slot] = (struct gpu_wait){.ctx = ctx, .dev = g->dev, .idx_bytes = g->pend_idx, .trace = g->kb.trace};
+		g->kb.waiting++;
+		g->pend_idx = 0;
+		g->count++;
+		g->cur_in_batch = false;
+		if (!g->batch_calls || g->count == XI_GPU_RING)
+			launch_batch(g);
+		return 0;
+	}
+	launch_batch(g); /* jobs of earlier copies, before this one's event */
+	uint32_t tr = 0;
+	if (g->trace) {
+		tr = xi_gpu_trace_open(g->trace, XI_TRACE_ENGINE);
+		struct xi_trace_rec *r = xi_gpu_trace_rec(g->trace, tr);
+		r->t_open = r->t_launch = g->t_begin;
+		r->t_launched = xi_gpu_trace_now();
+		r->rt_launched = xi_gpu_trace_realtime();
+		r->calls = 1;
+	}
+	CUevent ev = g->events[g->dev][slot];
+	/* Whatever the caller sends after the copy must wait for this event. */
+	if (g->c->cuEventRecord(ev, g->stream[g->dev]))
+		return -EIO;
+	if (g->trace)
+		xi_gpu_trace_rec(g->trace, tr)->t_recorded = xi_gpu_trace_now();
+	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .dev = g->dev, .idx_bytes = g->pend_idx, .trace = tr};
+	g->pend_idx = 0;
+	g->count++;
+	return 0;
+}
+
+static CUresult query(struct xi_gpu *g, CUevent ev)
+{
+	if (!g->trace)
+		return g->c->cuEventQuery(ev);
+	uint64_t t0 = xi_gpu_trace_now();
+	CUresult r = g->c->cuEventQuery(ev);
+	xi_gpu_trace_query(g->trace, xi_gpu_trace_now() - t0, r != CUDA_ERROR_NOT_READY);
+	return r;
+}
+
+int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
+{
+	int n = 0;
+	CUevent done = NULL; /* found finished in this poll: copies of one batch share it */
+	while (n < max && g->count) {
+		struct gpu_wait *wt = &g->ring[g->head];
+		int status = 0;
+		if (wt->failed) {
+			status = -EIO;
+		} else if (!wt->event) {
+			break; /* its batch is not launched yet */
+		} else if (wt->event != done) {
+			CUresult r = query(g, wt->event);
+			if (r == CUDA_ERROR_NOT_READY)
+				break;
+			status = r ? -EIO : 0;
+			done = r ? NULL : wt->event;
+		}
+		if (g->trace)
+			xi_gpu_trace_done(g->trace, wt->trace);
+		ev[n++] = (struct xi_gpu_event){.ctx = wt->ctx, .status = status};
+		g->k[wt->dev].used -= wt->idx_bytes;
+		g->head = (g->head + 1) % XI_GPU_RING;
+		g->count--;
+	}
+	return n;
+}
+
+uint32_t xi_gpu_pending(const struct xi_gpu *g)
+{
+	return g ? g->count : 0;
+}
+
+void xi_gpu_forget(struct xi_gpu *g)
+{
+	if (!g)
+		return;
+	g->count = 0;
+	g->kb.a.njobs = 0;
+	g->kb.a.items = 0;
+	g->kb.waiting = 0;
+	g->kb.bytes = 0;
+	g->kb.dev = -1;
+	g->cur_in_batch = false;
+	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
+		g->k[dev].used = 0;
+}
+
+/* ---------------------------------------------------------- paged copies */
+
 int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
 {
 	return g && stream_of(g, dev) && kernels_of(g, dev) ? 1 : 0;
@@ -388,15 +642,17 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 	if (!p->npages || !p->page_len)
 		return 0;
 	struct gpu_kernels *k = kernels_of(g, g->dev);
-	uint64_t items = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK * p->npages;
-	if (!k || items >> 31)
+	uint64_t per_page = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK, items = per_page * p->npages;
+	if (!k || items >> 31 || p->page_len >> 31)
 		return pages_by_engine(g, p); /* the kernel counts items in 32 bits, with room for its stride */
 	uint64_t list = ((uint64_t)p->npages * sizeof(uint32_t) + 15) & ~(uint64_t)15, off = 0;
 	int ret = idx_reserve(k, 2 * list, &off, &g->pend_idx);
 	if (ret == 1 || (ret == -EAGAIN && !g->count))
 		return pages_by_engine(g, p); /* too many pages for the ring */
-	if (ret)
+	if (ret) {
+		launch_batch(g); /* the copies holding the ring may be waiting for it */
 		return ret;
+	}
 	memcpy(k->host + off, p->src_pages, p->npages * sizeof(uint32_t));
 	memcpy(k->host + off + list, p->dst_pages, p->npages * sizeof(uint32_t));
 	CUdeviceptr lists = k->host_dev + off;
@@ -407,31 +663,26 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 	/* Measured on an H200 (docs/performance.md): reading the lists in place
 	 * beats copying them first up to 256 MiB per call (0.57x vs 0.38x a
 	 * contiguous copy at 1,024 x 16 KiB), not at 1 GiB (0.78x vs 0.85x),
-	 * where the extra copy is amortized and the bus reads are not. */
+	 * where the extra copy is amortized and the bus reads are not. The
+	 * copy goes on the stream now, ahead of the launch that reads it. */
 	bool device_lists = g->index_mode == 2 || (g->index_mode == 0 && p->page_len * p->npages >= (512ull << 20));
 	if (device_lists) {
 		if (g->c->cuMemcpyHtoDAsync(k->dev + off, k->host + off, 2 * list, g->stream[g->dev]))
 			return -EIO;
 		lists = k->dev + off;
 	}
-	struct xi_pages_args a = {
+	struct xi_pages_job j = {
 		.src_base = p->src_base,
 		.src_stride = p->src_stride,
 		.dst_base = p->dst_base,
 		.dst_stride = p->dst_stride,
-		.page_len = p->page_len,
 		.src_pages = lists,
 		.dst_pages = lists + list,
+		.page_len = (uint32_t)p->page_len,
 		.npages = p->npages,
-		.aligned = ((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0,
+		.per_page = (uint32_t)per_page,
 	};
-	uint64_t warps_per_cta = XI_PAGES_THREADS / 32, ctas = (items + warps_per_cta - 1) / warps_per_cta;
-	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
-	 * grid-stride loop. */
-	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
-	void *params[] = {&a};
-	if (g->c->cuLaunchKernel(k->fn, (unsigned)(ctas < most ? ctas : most), 1, 1, XI_PAGES_THREADS, 1, 1, 0,
-				 g->stream[g->dev], params, NULL))
-		return -EIO;
+	add_job(g, &j, p->page_len * p->npages,
+		((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0);
 	return 0;
 }

@@ -6,15 +6,21 @@
  * completions. It exists only where the CUDA driver loads (xi_gpu_create
  * returns NULL otherwise), and only its worker thread uses it.
  *
- * Staging copies into a GPU region from its pinned host mirror (at a target)
- * are still synchronous: queue them, then xi_gpu_stage_wait. A source's
- * copies into its mirror are tracked copies (xi_gpu_copy_add_dtoh).
+ * Staging copies are tracked copies too: a source's into its mirror
+ * (xi_gpu_copy_add_dtoh, or a gather kernel into the mirror's mapped
+ * address: xi_gpu_host_dev), a target's from its mirror to the GPU (a
+ * scatter kernel, or host-to-device pieces). The synchronous xi_gpu_stage_*
+ * calls remain only for a target whose landings are all in use.
  *
- * Paged copies between GPUs run as one kernel launch per call where the
- * embedded kernels (gpu/fatbin.h) load; XFER_GPU_KERNEL=0 turns them off.
- * The kernel reads its page lists from pinned host memory below 512 MiB per
- * call and from a device copy of them above (XFER_GPU_INDEX=mapped|device
- * forces one). */
+ * Paged copies between GPUs, and contiguous ones up to XFER_GPU_KERNEL_MAX
+ * bytes (default XI_GPU_KERNEL_MAX_DEFAULT; larger ones go to the copy
+ * engine, which is faster there), run on the embedded copy kernel
+ * (gpu/fatbin.h) where it loads; XFER_GPU_KERNEL=0 turns it off. The calls
+ * a worker posts in one turn share one launch and one event (xi_gpu_flush
+ * launches them; XFER_GPU_BATCH=0: one launch per call). The kernel reads its
+ * page lists from pinned host memory below 512 MiB per call and from a
+ * device copy of them above (XFER_GPU_INDEX=mapped|device forces one).
+ * XFER_GPU_TRACE times every stage (gpu/gpu_trace.h). */
 #ifndef XFER_GPU_COPY_H
 #define XFER_GPU_COPY_H
 
@@ -25,6 +31,10 @@
 #define XI_GPU_RING 256 /* copies in flight; beyond that, callers wait */
 #define XI_GPU_BATCH 512
 #define XI_GPU_DEVS 16
+#define XI_GPU_MAX_CTAS 1024u /* a launch's grid at most */
+/* Contiguous copies up to this go by kernel: below it a launch shared by the
+ * calls of a turn beats one copy-engine copy and event each. */
+#define XI_GPU_KERNEL_MAX_DEFAULT (16ull << 20)
 
 struct xi_gpu;
 
@@ -38,7 +48,7 @@ struct xi_gpu *xi_gpu_create(void);
  * finish first, in the driver. */
 void xi_gpu_destroy(struct xi_gpu *g);
 
-/* Synchronous staging on device dev's stream. */
+/* Synchronous staging on device dev's stream (the fallback above). */
 int xi_gpu_stage_dtoh(struct xi_gpu *g, int dev, void *dst, uint64_t src, size_t len);
 int xi_gpu_stage_htod(struct xi_gpu *g, int dev, uint64_t dst, const void *src, size_t len);
 int xi_gpu_stage_wait(struct xi_gpu *g, int dev);
@@ -60,7 +70,19 @@ int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t 
 /* Device to device, handed to the driver in batches (one call costs about
  * 1.2 us of this thread, which would cap 16 KiB pages near 6 GB/s). */
 int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len);
+/* Device to device, contiguous: by the copy kernel up to XFER_GPU_KERNEL_MAX
+ * bytes (16-byte aligned), else by the copy engine. */
+int xi_gpu_copy_dtod(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len);
+/* Ends the copy being built. One whose work is a kernel job gets its event
+ * when its batch launches (xi_gpu_flush), so its caller may end several
+ * copies before the GPU sees any. */
 int xi_gpu_copy_end(struct xi_gpu *g, void *ctx);
+/* The device address of mapped pinned host memory (a region's mirror),
+ * for kernels that gather into it or scatter from it: 0 or -EIO. */
+int xi_gpu_host_dev(struct xi_gpu *g, void *host, uint64_t *dev);
+/* Launches the kernel jobs of the copies ended so far: the worker calls it
+ * once it has posted what it could in a turn. */
+void xi_gpu_flush(struct xi_gpu *g);
 
 /* Pages of a paged copy between device addresses (the destination may be a
  * peer's IPC mapping): page src_pages[i] at src_base + page * src_stride to
@@ -70,10 +92,10 @@ struct xi_gpu_pages {
 	const uint32_t *src_pages, *dst_pages; /* host memory, read before the call returns */
 	uint32_t npages;
 };
-/* Adds every page to the copy being built: one launch of the gather/scatter
- * kernel (its page lists copied to a ring the kernel reads, freed when the
- * copy's event fires), or, where the kernels did not load, the copy engine
- * page by page. 0, -EAGAIN (the page-list ring is full: retry once copies
+/* Adds every page to the copy being built: one job of the gather/scatter
+ * kernel's next launch (its page lists copied to a ring the kernel reads,
+ * freed when the copy's event fires), or, where the kernels did not load,
+ * the copy engine page by page. 0, -EAGAIN (the page-list ring is full: retry once copies
  * finish), or -EIO. */
 int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p);
 /* Whether paged copies on dev run as kernels: 1, 0 (copy engine), for tests

@@ -1,7 +1,13 @@
-/* The one argument of the paged-copy kernel (gpu/pages_kernel.cu), shared by
- * the kernel, its launcher (gpu/gpu_copy.c) and the fake driver of the tests,
+/* The one argument of the copy kernel (gpu/pages_kernel.cu), shared by the
+ * kernel, its launcher (gpu/gpu_copy.c) and the fake driver of the tests,
  * which runs the same copy on the CPU. Passed by value as the kernel's only
- * parameter, so the launch ABI is this struct and nothing else. */
+ * parameter, so the launch ABI is this struct and nothing else.
+ *
+ * One launch carries up to XI_PAGES_JOBS jobs: the copies of several calls
+ * that were queued together (a launch and its event cost the worker about as
+ * much as a 16 MiB copy takes on the GPU, so merging calls is what lets small
+ * calls keep up). The jobs travel in the parameter buffer itself, which the
+ * GPU broadcasts from its constant bank: no extra copy, no read over the bus. */
 #ifndef XFER_GPU_KERNEL_ARGS_H
 #define XFER_GPU_KERNEL_ARGS_H
 
@@ -17,14 +23,37 @@
  * (32 warps, each with 4 KiB of loads in flight, per SM); the grid is
  * this many per SM, the rest is the kernel's grid-stride loop. */
 #define XI_PAGES_CTAS_PER_SM 2u
+/* Jobs per launch: 32 x 64 bytes keeps the parameter buffer at 2 KiB (the
+ * driver's limit is 4 KiB). */
+#define XI_PAGES_JOBS 32u
+
+/* One call's copy: page i (i < npages) goes from
+ *   src_base + src_page(i) * src_stride  to  dst_base + dst_page(i) * dst_stride,
+ * page_len bytes, where src_page(i) = src_pages[i], or i itself when
+ * src_pages is 0 (likewise dst): a contiguous write is one page. */
+struct xi_pages_job {
+	uint64_t src_base, src_stride;
+	uint64_t dst_base, dst_stride;
+	uint64_t src_pages, dst_pages; /* device-readable uint32_t[npages], or 0 */
+	uint32_t page_len;             /* below 2^31 */
+	uint32_t npages;
+	uint32_t item0;    /* this job's first item in the launch's item space */
+	uint32_t per_page; /* items (XI_PAGES_CHUNK bytes each) per page */
+};
 
 struct xi_pages_args {
-	uint64_t src_base, src_stride; /* page p of the source: src_base + p * src_stride */
-	uint64_t dst_base, dst_stride;
-	uint64_t page_len;
-	uint64_t src_pages, dst_pages; /* device-readable uint32_t[npages] */
-	uint32_t npages;
-	uint32_t aligned; /* every address and page_len a multiple of 16 */
+	struct xi_pages_job job[XI_PAGES_JOBS];
+	uint32_t njobs;
+	uint32_t items;   /* sum of npages * per_page: below 2^31 */
+	uint32_t aligned; /* every address, stride and page_len a multiple of 16 */
+	/* Warp w of the item order is warp w / gridDim of CTA w % gridDim
+	 * (else warp w % 16 of CTA w / 16): a small launch's items then run
+	 * one warp per SM on every SM rather than 16 warps on a few
+	 * (XFER_GPU_SPREAD=1; off by default: slower for random pages). */
+	uint32_t spread;
+	/* XFER_GPU_TRACE only, else 0: uint64_t[2 * gridDim.x] the kernel fills
+	 * with each CTA's %globaltimer at its start and its end. */
+	uint64_t trace;
 };
 
 #endif

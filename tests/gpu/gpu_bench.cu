@@ -11,8 +11,14 @@
 //          copies (1 in flight: each synchronized)
 //
 // Environment: XFER_TEST_PROVIDER (default shm) for addresses and notices;
-// XFER_BENCH_ONLY=paged|single; the library's XFER_GPU_KERNEL=0 (paged
-// copies by the copy engine) for a before/after.
+// XFER_BENCH_ONLY=paged|single, or =staged for the rows of
+// gpu_bench_staged.cu (GPU memory through host mirrors over a NIC provider
+// vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
+// rows 0..5 in the order printed, then single sizes 6..10, both depths);
+// the library's XFER_GPU_KERNEL=0 (paged copies by the copy engine),
+// XFER_GPU_BATCH=0 (one launch per call), XFER_GPU_KERNEL_MAX (contiguous
+// copies by kernel up to this many bytes) and XFER_GPU_TRACE for A/B runs
+// and stage timings.
 #include <algorithm>
 #include <time.h>
 #include <vector>
@@ -32,6 +38,10 @@ static const int depths[] = {1, 16};
 #define MAXLEN (1ull << 30)
 
 static bool run_paged = true, run_single = true;
+static int only_row = -1; // XFER_BENCH_ROW: paged rows 0..5, then single sizes 6..10
+
+static bool want_paged(int row) { return run_paged && (only_row < 0 || only_row == row); }
+static bool want_single(size_t i) { return run_single && (only_row < 0 || only_row == NPAGED + (int)i); }
 
 static double now_s(void)
 {
@@ -99,7 +109,9 @@ static void baseline(int rx_fd, int tx_fd)
 	cudaStream_t s;
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	double r[NROWS] = {0};
-	for (int row = 0; row < NPAGED && run_paged; row++) {
+	for (int row = 0; row < NPAGED; row++) {
+		if (!want_paged(row))
+			continue;
 		size_t n = (size_t)row_pl(row) * row_np(row);
 		int it = paged_iters(row);
 		CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
@@ -110,8 +122,8 @@ static void baseline(int rx_fd, int tx_fd)
 		CK(cudaStreamSynchronize(s));
 		r[row] = (double)n * it / (now_s() - t0) / 1e9;
 	}
-	for (size_t i = 0; i < NS && run_single; i++)
-		for (int d = 0; d < ND; d++) {
+	for (size_t i = 0; i < NS; i++)
+		for (int d = 0; d < ND && want_single(i); d++) {
 			int it = single_iters(sizes[i]);
 			CK(cudaMemcpyAsync(dst, src, sizes[i], cudaMemcpyDeviceToDevice, s));
 			CK(cudaStreamSynchronize(s));
@@ -224,10 +236,15 @@ static int sender(int fd, int base_fd, int dst_dev)
 	printf("same-host GPU0 -> GPU%d, two processes, xfer (CUDA IPC path, paged copies %s) vs a contiguous\n"
 	       "cross-process device copy (cudaMemcpyAsync into the IPC mapping) of the same bytes, same run\n",
 	       dst_dev, k && !strcmp(k, "0") ? "by the copy engine: XFER_GPU_KERNEL=0" : "by kernel where loaded");
+	const char *kb = getenv("XFER_GPU_BATCH"), *km = getenv("XFER_GPU_KERNEL_MAX"), *tr = getenv("XFER_GPU_TRACE");
+	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s\n", kb ? kb : "(default: on)",
+	       km ? km : "(default)", tr ? tr : "(off)");
 	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "xfer GB/s", "base GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 1000;
-	for (int row = 0; row < NPAGED && run_paged; row++, imm++) {
+	for (int row = 0; row < NPAGED; row++, imm++) {
+		if (!want_paged(row))
+			continue;
 		uint32_t pl = row_pl(row), n = row_np(row);
 		int it = paged_iters(row);
 		uint64_t seed = 77 + row;
@@ -268,7 +285,9 @@ static int sender(int fd, int base_fd, int dst_dev)
 			       bad >> 40 ? ", immediates missing" : "");
 		fflush(stdout);
 	}
-	for (size_t i = 0; i < NS && run_single; i++, imm++) {
+	for (size_t i = 0; i < NS; i++, imm++) {
+		if (!want_single(i))
+			continue;
 		uint64_t seed = 500 + i;
 		ask(fd, (struct check){CMD_ZERO, 0, 0, 0, 0, 0});
 		fill<<<528, 512>>>((uint64_t *)src, sizes[i] / 8, seed);
@@ -330,10 +349,15 @@ int main(void)
 	}
 	int dst_dev = gpus > 1 ? 1 : 0;
 	const char *only = getenv("XFER_BENCH_ONLY");
+	if (only && !strcmp(only, "staged"))
+		return staged_bench_main(); // gpu_bench_staged.cu
 	if (only && !strcmp(only, "paged"))
 		run_single = false;
 	if (only && !strcmp(only, "single"))
 		run_paged = false;
+	const char *row = getenv("XFER_BENCH_ROW");
+	if (row && *row)
+		only_row = atoi(row);
 	if (!getenv("XFER_TEST_PROVIDER"))
 		setenv("XFER_TEST_PROVIDER", "shm", 1);
 	int sv[2], rb[2], bt[2];

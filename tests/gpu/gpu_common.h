@@ -12,6 +12,9 @@
 
 #include "xfer.h"
 
+// xfer-gpu-bench's staged rows (gpu_bench_staged.cu), XFER_BENCH_ONLY=staged.
+int staged_bench_main(void);
+
 #define CK(x)                                                                                \
 	do {                                                                                 \
 		cudaError_t e_ = (x);                                                        \

@@ -33,13 +33,18 @@ struct copy {
 	struct xi_pages_args args;
 };
 
-/* What the GPU kernel does, byte for byte. */
+/* What the GPU kernel does, byte for byte: every job of the launch. */
 static void run_pages(const struct xi_pages_args *a)
 {
-	const uint32_t *sp = (const uint32_t *)(uintptr_t)a->src_pages, *dp = (const uint32_t *)(uintptr_t)a->dst_pages;
-	for (uint32_t i = 0; i < a->npages; i++)
-		memcpy((uint8_t *)(uintptr_t)(a->dst_base + (uint64_t)dp[i] * a->dst_stride),
-		       (const uint8_t *)(uintptr_t)(a->src_base + (uint64_t)sp[i] * a->src_stride), a->page_len);
+	for (uint32_t k = 0; k < a->njobs; k++) {
+		const struct xi_pages_job *j = &a->job[k];
+		const uint32_t *sp = (const uint32_t *)(uintptr_t)j->src_pages;
+		const uint32_t *dp = (const uint32_t *)(uintptr_t)j->dst_pages;
+		for (uint32_t i = 0; i < j->npages; i++)
+			memcpy((uint8_t *)(uintptr_t)(j->dst_base + (uint64_t)(dp ? dp[i] : i) * j->dst_stride),
+			       (const uint8_t *)(uintptr_t)(j->src_base + (uint64_t)(sp ? sp[i] : i) * j->src_stride),
+			       j->page_len);
+	}
 }
 
 static void run_copy(const struct copy *c)
@@ -130,6 +135,36 @@ void fake_cuda_hold_events(int on)
 	pthread_mutex_lock(&lock);
 	hold = on;
 	pthread_mutex_unlock(&lock);
+}
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_shut, gate_waiters;
+
+void fake_cuda_gate(int shut)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_shut = shut;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+int fake_cuda_gate_waiting(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	int n = gate_waiters;
+	pthread_mutex_unlock(&gate_lock);
+	return n;
+}
+
+static void gate_pass(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_waiters++;
+	while (gate_shut)
+		pthread_cond_wait(&gate_cv, &gate_lock);
+	gate_waiters--;
+	pthread_mutex_unlock(&gate_lock);
 }
 
 void fake_cuda_set_dmabuf(int on)
@@ -373,8 +408,21 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	(void)shmem;
 	if (!gx || gy != 1 || gz != 1 || bx != XI_PAGES_THREADS || by != 1 || bz != 1 || !params || extra)
 		return ERR;
+	const struct xi_pages_args *a = params[0];
+	uint32_t items = 0;
+	for (uint32_t k = 0; k < a->njobs; k++) {
+		/* The launcher's bookkeeping, as the kernel relies on it. */
+		const struct xi_pages_job *j = &a->job[k];
+		if (j->item0 != items || j->per_page != (j->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK)
+			return ERR;
+		items += j->npages * j->per_page;
+	}
+	if (!a->njobs || a->njobs > XI_PAGES_JOBS || items != a->items)
+		return ERR;
+	gate_pass();
 	pthread_mutex_lock(&lock);
 	counts.launches++;
+	counts.jobs += a->njobs;
 	pthread_mutex_unlock(&lock);
 	CUresult r = enqueue(s, NULL, NULL, 0);
 	if (!r) {

@@ -18,7 +18,8 @@ struct fake_cuda_counts {
 	uint64_t ipc_opens;
 	uint64_t dmabuf_exports;
 	uint64_t last_dmabuf_ptr, last_dmabuf_size;
-	uint64_t launches; /* paged-copy kernels */
+	uint64_t launches; /* copy-kernel launches */
+	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 };
 
@@ -29,6 +30,11 @@ void *fake_cuda_alloc(size_t len, int dev);
 void fake_cuda_free(void *p);
 /* While on, no asynchronous copy finishes (events stay not ready). */
 void fake_cuda_hold_events(int on);
+/* While the gate is shut, a kernel launch waits at it (outside every lock),
+ * so that a test can queue submissions behind a worker that is known to be
+ * busy; fake_cuda_gate_waiting says whether a launch is waiting there. */
+void fake_cuda_gate(int shut);
+int fake_cuda_gate_waiting(void);
 /* Whether devices report dma-buf export (default 1). */
 void fake_cuda_set_dmabuf(int on);
 struct fake_cuda_counts fake_cuda_counts(void);

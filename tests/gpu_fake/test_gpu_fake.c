@@ -12,12 +12,16 @@
  *       gather/scatter kernel (run on the CPU by the fake driver when its
  *       event is queried) where the library embeds the kernels, else copies
  *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
+ *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
- *   (in every write mode the source's worker never calls cuStreamSynchronize:
- *   its staging copies complete as polled events)
+ *   (in every write mode neither worker calls cuStreamSynchronize: the
+ *   source's staging copies and the target's copies of noticed ranges from
+ *   its mirror to the GPU complete as polled events)
+ *   write-batch | write-batch-off  40 calls of four kinds queued behind a
+ *       busy worker share kernel launches (or, with XFER_GPU_BATCH=0, do not)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -228,6 +232,13 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	for (uint32_t i = 0; i < PAGES; i++)
 		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * PAGE, want + (size_t)i * PAGE, PAGE) == 0);
+	/* Staged notices land by copies the worker polls: it never waited for
+	 * a stream here either. The paged write's 64 ranges land by one scatter
+	 * kernel from the mirror, the single write's one range by a copy. */
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(fc.syncs == 0);
+	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
+	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
@@ -267,12 +278,16 @@ static int write_source(int n, const int *fds, void *arg)
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	CHECK(t_recv_u64(fd) == 2);
 	struct fake_cuda_counts fc = fake_cuda_counts();
-	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod > 0);
-	/* The single write is one copy-engine copy; the pages one launch, or
-	 * one copy each without kernels. */
-	bool kernels = !staged && !no_kernel && xi_gpu_fatbin_len > 0;
-	CHECK(fc.launches == (kernels ? 1u : 0u));
+	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod + fc.launches > 0);
+	/* The single write is one copy-engine copy (alone in its batch: below
+	 * XFER_GPU_KERNEL_MAX, but a lone contiguous copy goes to the engine);
+	 * the pages one kernel launch, or one copy each without kernels. */
+	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
+	CHECK(fc.launches == (kernels ? 1u : 0u) && fc.jobs == fc.launches);
 	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
+	/* Staged, the pages are gathered into the mirror by that one kernel,
+	 * the single write by one copy to the mirror. */
+	CHECK(!staged || fc.dtoh == (kernels ? 1u : 1u + PAGES));
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
@@ -281,7 +296,8 @@ static int write_source(int n, const int *fds, void *arg)
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
 	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
-	       staged ? "staged" : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES, (unsigned long long)fc.launches);
+	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
+	       (unsigned long long)fc.launches);
 	return 0;
 }
 
@@ -356,25 +372,190 @@ static int ring_source(int n, const int *fds, void *arg)
 		CHECK_OK(xfer_write_paged(e, &pw, NULL));
 	t_sync_worker(e);
 	usleep(50000);
-	uint64_t held = fake_cuda_counts().launches;
+	struct fake_cuda_counts before = fake_cuda_counts();
+	uint64_t held = before.jobs;
 	fake_cuda_hold_events(0);
 	for (int k = 0; k < RING_CALLS; k++)
 		CHECK_RC(t_wait_cqe(e, 60000).res, 0);
 	CHECK(t_recv_u64(fd) == 1);
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	bool kernels = xi_gpu_fatbin_len > 0;
-	/* 4 MiB hold 8 lists of 480,000 bytes: while held, at most 8 launched;
-	 * the 9th skips the ring's end. */
-	CHECK(!kernels || (held >= 1 && held <= 8));
-	CHECK(fc.launches == (kernels ? (uint64_t)RING_CALLS : 0u));
+	/* 4 MiB hold 8 lists of 480,000 bytes: while held, at most 8 calls
+	 * launched (the calls taken in one turn share launches); the 9th
+	 * skips the ring's end. */
+	CHECK(!kernels || (held >= 1 && held <= 8 && before.launches <= held));
+	CHECK(fc.jobs == (kernels ? (uint64_t)RING_CALLS : 0u));
+	CHECK(fc.launches <= fc.jobs && (!kernels || fc.launches >= 2));
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
 	free(sp);
 	free(dp);
-	printf("write-ring: %d paged writes of %u pages, %llu launched while events were held, all landed\n",
-	       RING_CALLS, RING_PAGES, (unsigned long long)held);
+	printf("write-ring: %d paged writes of %u pages in %llu launches, %llu launched while events were held, all landed\n",
+	       RING_CALLS, RING_PAGES, (unsigned long long)fc.launches, (unsigned long long)held);
+	return 0;
+}
+
+/* ---------------------------------------------------------- kernel batches */
+
+/* 40 calls queued behind a worker held inside its first launch (the fake's
+ * gate; the first call is paged: a lone contiguous copy would go to the copy
+ * engine), then taken in one turn: 7 aligned paged writes and 16 aligned
+ * single ones share one launch; 8 unaligned single writes go to the copy
+ * engine (which first launches what is queued); 8 paged writes of odd pages
+ * share a launch of their own (the kernel's byte path). Every byte and
+ * immediate lands once. XFER_GPU_BATCH=0 (write-batch-off): one launch per
+ * paged call, and every single write alone, so by the copy engine. */
+#define B_CALLS 40
+#define B_SLICE (80u << 10)
+#define B_LEN (B_CALLS * B_SLICE)
+#define B_NP 8u
+#define IMM_BATCH 0x6e0
+
+static bool batch_off;
+
+struct bcall {
+	int kind; /* 0 aligned single, 1 aligned paged, 2 unaligned single, 3 unaligned paged */
+	uint64_t src, dst, len, src_stride, dst_stride;
+	uint32_t sp[B_NP], dp[B_NP];
+};
+
+static struct bcall bcall_of(int i)
+{
+	struct bcall c = {.kind = i < 8 ? 1 : i < 24 ? 0 : i < 32 ? 2 : 3};
+	uint64_t base = (uint64_t)i * B_SLICE;
+	c.src = c.dst = base;
+	for (uint32_t k = 0; k < B_NP; k++) {
+		c.sp[k] = k;
+		c.dp[k] = (k * 3 + (uint32_t)i) % B_NP;
+	}
+	if (c.kind == 0)
+		c.len = 64u << 10;
+	if (c.kind == 1)
+		c.len = c.src_stride = c.dst_stride = 4096;
+	if (c.kind == 2) {
+		c.src += 3;
+		c.dst += 5;
+		c.len = 1000;
+	}
+	if (c.kind == 3) {
+		c.src += 1;
+		c.dst += 3;
+		c.len = 1000;
+		c.src_stride = 1003;
+		c.dst_stride = 1001;
+	}
+	return c;
+}
+
+static uint32_t bcall_imms(const struct bcall *c)
+{
+	return c->kind % 2 ? B_NP : 1;
+}
+
+static void bcall_apply(const struct bcall *c, uint8_t *dst, const uint8_t *src)
+{
+	if (c->kind % 2 == 0) {
+		memcpy(dst + c->dst, src + c->src, c->len);
+		return;
+	}
+	for (uint32_t k = 0; k < B_NP; k++)
+		memcpy(dst + c->dst + c->dp[k] * c->dst_stride, src + c->src + c->sp[k] * c->src_stride, c->len);
+}
+
+static int batch_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	t_connect(e, fd);
+	uint8_t *gpu = fake_cuda_alloc(B_LEN, 1), *src = malloc(B_LEN), *want = calloc(1, B_LEN);
+	CHECK(gpu && src && want);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, gpu, B_LEN, &mr));
+	uint32_t imms = 0;
+	t_fill(src, B_LEN, 5);
+	for (int i = 0; i < B_CALLS; i++) {
+		struct bcall c = bcall_of(i);
+		bcall_apply(&c, want, src);
+		imms += bcall_imms(&c);
+	}
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_BATCH, imms, &c));
+	t_send_desc(fd, mr);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK(memcmp(gpu, want, B_LEN) == 0);
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(e, IMM_BATCH, &extra));
+	CHECK(extra == 0); /* nothing counted twice */
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(src);
+	free(want);
+	return 0;
+}
+
+static int batch_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	fake_cuda_install();
+	struct xfer_attr a;
+	t_attr(&a);
+	xfer_engine_t *e = t_engine(&a);
+	xfer_peer_t peer = t_connect(e, fd);
+	uint8_t *src = fake_cuda_alloc(B_LEN, 0);
+	CHECK(src);
+	t_fill(src, B_LEN, 5);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, src, B_LEN, &mr));
+	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
+	struct bcall calls[B_CALLS];
+	struct fake_cuda_counts c0 = fake_cuda_counts();
+	fake_cuda_gate(1);
+	for (int i = 0; i < B_CALLS; i++) {
+		struct bcall *c = &calls[i];
+		*c = bcall_of(i);
+		if (c->kind % 2 == 0) {
+			struct xfer_write w = {.src = mr, .src_off = c->src, .dst = dst, .dst_off = c->dst, .len = c->len,
+					       .imm = IMM_BATCH, .flags = XFER_F_IMM};
+			CHECK_OK(xfer_write(e, &w, NULL));
+		} else {
+			struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = c->len, .src_pages = c->sp,
+						      .src_stride = c->src_stride, .src_base = c->src,
+						      .dst_pages = c->dp, .dst_stride = c->dst_stride,
+						      .dst_base = c->dst, .npages = B_NP, .imm = IMM_BATCH,
+						      .flags = XFER_F_IMM};
+			CHECK_OK(xfer_write_paged(e, &pw, NULL));
+		}
+		/* The worker holds the first call's launch while the rest queue. */
+		for (int k = 0; i == 0 && !fake_cuda_gate_waiting() && k < 10000; k++)
+			usleep(1000);
+		CHECK(i > 0 || fake_cuda_gate_waiting());
+	}
+	fake_cuda_gate(0);
+	for (int i = 0; i < B_CALLS; i++)
+		CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 1);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	uint64_t launches = fc.launches - c0.launches, jobs = fc.jobs - c0.jobs, dtod = fc.dtod - c0.dtod;
+	/* Batched: the first call, then the 23 aligned calls taken behind it,
+	 * then the 8 odd paged ones. */
+	CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
+	t_send_u64(fd, 2);
+	xfer_rmr_free(dst);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(src);
+	printf("write-batch%s: %d calls verified, %llu kernel jobs in %llu launches, %llu copy-engine copies\n",
+	       batch_off ? " (XFER_GPU_BATCH=0)" : "", B_CALLS, (unsigned long long)jobs,
+	       (unsigned long long)launches, (unsigned long long)dtod);
 	return 0;
 }
 
@@ -473,7 +654,7 @@ int main(int argc, char **argv)
 	staged = strstr(mode, "-staged") != NULL;
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
-	no_kernel = !strcmp(mode, "write-engine");
+	no_kernel = strstr(mode, "-engine") != NULL;
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
@@ -484,6 +665,16 @@ int main(int argc, char **argv)
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
+	if (!strncmp(mode, "write-batch", 11)) {
+		if (!xi_gpu_fatbin_len) {
+			printf("SKIP: built without the copy kernels\n");
+			return 77;
+		}
+		batch_off = !strcmp(mode, "write-batch-off");
+		if (batch_off)
+			setenv("XFER_GPU_BATCH", "0", 1);
+		return t_run_procs(1, batch_target, batch_source, NULL);
+	}
 	if (!strncmp(mode, "write", 5))
 		return t_run_procs(1, write_target, write_source, NULL);
 	fprintf(stderr, "unknown mode %s\n", mode);

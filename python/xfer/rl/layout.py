@@ -185,8 +185,11 @@ class Sharded:
     @property
     def chunk_rows(self) -> int:
         """Rows of the 2-D view per rank (the last ranks may hold fewer)."""
-        rows = self.shape2d[0]
-        inner = rows // self.shape[0] if len(self.shape) > 1 and self.shape[0] else 1
+        return self.chunk_rows_of(self.shape2d)
+
+    def chunk_rows_of(self, view: Tuple[int, int]) -> int:
+        """:attr:`chunk_rows` given :attr:`shape2d` (``view``) already computed."""
+        inner = view[0] // self.shape[0] if len(self.shape) > 1 and self.shape[0] else 1
         return -(-self.shape[0] // len(self.mesh)) * inner
 
     def shards(self) -> List[Shard]:

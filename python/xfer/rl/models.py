@@ -14,11 +14,12 @@ Trainer layout (:func:`trainer_shards`), FSDP2/HSDP style:
   on local index ``(e + l) % node``.
 
 Inference layout (:func:`inference_targets`): ``instances`` data-parallel
-copies of one model, each on ``tp`` ranks: attention and dense MLPs
-tensor-parallel (heads and intermediate columns split; q/k/v and gate/up
+copies of one model, each on ``tp`` ranks: with ``attention="tp"`` (default)
+attention and dense MLPs tensor-parallel (heads and intermediate columns split; q/k/v and gate/up
 fused into one tensor; KV heads replicated when fewer than ``tp``), routed
 experts expert-parallel (gate/up fused per expert), embeddings and lm_head
-split by vocabulary, norms and router replicated. Matrices are FP8 with
+split by vocabulary, norms and router replicated; with ``attention="dp"``
+everything but the routed experts whole on every rank. Matrices are FP8 with
 128 x 128 block scales (``fp8=True``), embeddings, lm_head, router and norms
 stay BF16, as in the DeepSeek-V3 FP8 checkpoint.
 """
@@ -184,10 +185,24 @@ def _stack(place: Placer, name: str, parts: Sequence[Tuple[str, int, int]], cols
     return place.add(name, (at, cols), dtype, pieces)
 
 
-def _rank_targets(spec: ModelSpec, rank: int, p: int, tp: int, fp8: bool, block: int) -> Placer:
+#: Inference layouts of everything but the routed experts (which are always
+#: expert-parallel over the instance): ``"tp"`` tensor-parallel over the
+#: instance; ``"dp"`` replicated on every rank of the instance (data-parallel
+#: attention, as in DeepSeek-style wide-EP serving: each rank holds the whole
+#: attention, dense MLPs, shared experts, embeddings and lm_head).
+ATTENTION_LAYOUTS = ("tp", "dp")
+
+
+def _rank_targets(spec: ModelSpec, rank: int, p: int, tp: int, fp8: bool, block: int,
+                  attention: str = "tp") -> Placer:
+    if attention not in ATTENTION_LAYOUTS:
+        raise ValueError(f"attention must be one of {ATTENTION_LAYOUTS}, not {attention!r}")
     H = spec.hidden
     W = FP8 if fp8 else BF16
     place = Placer(rank)
+    ep, etp = p, tp  # the experts' split: always over the instance
+    if attention == "dp":
+        p, tp = 0, 1  # everything else whole on this rank
 
     def full(name: str, shape) -> None:  # replicated, unchanged
         r, c = view2d(shape)
@@ -238,7 +253,9 @@ def _rank_targets(spec: ModelSpec, rank: int, p: int, tp: int, fp8: bool, block:
             a, b = split(spec.shared_experts * spec.moe_inter, "shared expert width")
             _stack(place, q + "shared.gate_up", [(q + "shared.gate", a, b), (q + "shared.up", a, b)], H, W)
             place.add(q + "shared.down", (H, b - a), W, [Piece(q + "shared.down", (0, H), (a, b))])
-        e0, e1 = split(spec.experts, "experts")
+        if spec.experts % etp:
+            raise ValueError(f"{spec.name}: experts = {spec.experts} is not divisible by {etp} ranks")
+        e0, e1 = spec.experts // etp * ep, spec.experts // etp * (ep + 1)
         mi = spec.moe_inter
         for e in range(e0, e1):
             x = f"{q}experts.{e}."
@@ -251,20 +268,21 @@ def _rank_targets(spec: ModelSpec, rank: int, p: int, tp: int, fp8: bool, block:
 
 
 def inference_targets(spec: ModelSpec, instances: int, tp: int, fp8: bool = True,
-                      block: int = BLOCK) -> Tuple[List[Target], List[int]]:
+                      block: int = BLOCK, attention: str = "tp") -> Tuple[List[Target], List[int]]:
     """(targets of every inference rank, each rank's region size in bytes);
-    rank = instance * tp + position."""
+    rank = instance * tp + position; ``attention`` one of ATTENTION_LAYOUTS."""
     targets: List[Target] = []
     sizes: List[int] = []
     for i in range(instances):
         for p in range(tp):
-            pl = _rank_targets(spec, i * tp + p, p, tp, fp8, block)
+            pl = _rank_targets(spec, i * tp + p, p, tp, fp8, block, attention)
             targets += pl.targets
             sizes.append(pl.nbytes)
     return targets, sizes
 
 
-def rank_targets(spec: ModelSpec, rank: int, tp: int, fp8: bool = True) -> Tuple[List[Target], int]:
+def rank_targets(spec: ModelSpec, rank: int, tp: int, fp8: bool = True,
+                 attention: str = "tp") -> Tuple[List[Target], int]:
     """One inference rank's targets and region size (what it describes itself)."""
-    pl = _rank_targets(spec, rank, rank % tp, tp, fp8, BLOCK)
+    pl = _rank_targets(spec, rank, rank % tp, tp, fp8, BLOCK, attention)
     return pl.targets, pl.nbytes

@@ -14,7 +14,9 @@ Two modes:
 * ``"published"``: the published design. Every parameter that a target uses
   is reassembled on one mesh of its replicas with ``full_tensor()`` (an
   all-gather, every member gets it), and any member of that mesh prepares
-  and sends.
+  and sends: each (parameter, inference rank) pair to the member that has
+  sent the fewest bytes so far (a band with several destinations may be
+  prepared by several members).
 
 Either way the work is balanced greedily (largest first) on the bytes each
 trainer NIC sends, over every replica mesh that holds the data, so that no
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .layout import FP8, LayoutError, Shard, Sharded, Target, align, esize
+from .layout import DTYPES, FP8, LayoutError, Shard, Sharded, Target, align, esize
 from .schedule import Content, Schedule, copy_is_contiguous, no_gc
 
 MODES = ("xfer", "published")
@@ -90,6 +92,14 @@ class _Param:
     group: int
     order: int
     meshes: Dict[Tuple[int, ...], _Copy] = field(default_factory=dict)
+    uniform: int = -1  # the chunk of every copy when all are torch.chunk rows of one size, else 0; -1: not known yet
+
+    def uniform_chunk(self) -> int:
+        if self.uniform < 0:
+            cps = list(self.meshes.values())
+            ch = cps[0].chunk
+            self.uniform = ch if all(cp.explicit is None and cp.chunk == ch for cp in cps) else 0
+        return self.uniform
 
 
 @dataclass
@@ -137,15 +147,25 @@ def _collect_params(shards: Sequence[Any]) -> Dict[str, _Param]:
                               f"others as {p.rows}x{p.cols} {p.dtype} group {p.group}")
         return p
 
+    # many entries share a shape and a mesh (every expert, every replica): their
+    # 2-D views and the meshes' checks are computed once
+    views: Dict[Tuple[int, ...], Tuple[int, int]] = {}
+    good_meshes = set()
     for s in shards:
         if isinstance(s, Sharded):
             esize(s.dtype)
-            p = param(s.name, s.shape2d, s.dtype, s.group, f"mesh {s.mesh}")
-            if s.mesh in p.meshes or (s.name, s.mesh) in explicit:
-                raise LayoutError(f"{s.name}: mesh {s.mesh} is described twice")
-            if len(set(s.mesh)) != len(s.mesh):
-                raise LayoutError(f"{s.name}: mesh {s.mesh} repeats a rank")
-            p.meshes[s.mesh] = _Copy(s.mesh, p.rows, p.cols, chunk=max(1, s.chunk_rows))
+            v = views.get(s.shape)
+            if v is None:
+                v = views[s.shape] = s.shape2d
+            p = param(s.name, v, s.dtype, s.group, f"mesh {s.mesh}")
+            mesh = s.mesh
+            if mesh in p.meshes or (explicit and (s.name, mesh) in explicit):
+                raise LayoutError(f"{s.name}: mesh {mesh} is described twice")
+            if mesh not in good_meshes:
+                if len(set(mesh)) != len(mesh):
+                    raise LayoutError(f"{s.name}: mesh {mesh} repeats a rank")
+                good_meshes.add(mesh)
+            p.meshes[mesh] = _Copy(mesh, p.rows, p.cols, chunk=max(1, s.chunk_rows_of(v)))
         elif isinstance(s, Shard):
             s.check()
             p = param(s.name, s.shape2d, s.dtype, s.group, f"rank {s.rank}")
@@ -202,13 +222,20 @@ class _Planner:
         self.seq = 0
         self.contents = self._contents(targets)
         self.full_mesh: Dict[str, Tuple[int, ...]] = {}
+        self._common: Dict[Tuple[Tuple[Tuple[int, ...], ...], ...], List[Tuple[int, ...]]] = {}
 
     # ------------------------------------------------------------ inputs
     def _contents(self, targets: Sequence[Target]) -> List[_Content]:
         by_key: Dict[Tuple[Any, ...], _Content] = {}
-        for t in targets:
-            t.check_placement()
-            key = t.content()
+        sizes = DTYPES
+        for t in targets:  # hundreds of thousands at full scale: Target.check_placement and content inlined
+            dt, sh, blk = t.dtype, t.shape, t.block
+            es = sizes.get(dt, 0)
+            if not (es and sh[0] > 0 and sh[1] > 0 and blk > 0 and t.offset % es == 0
+                    and (dt != FP8 or (t.scale_offset >= 0 and t.scale_offset % 4 == 0))):
+                t.check_placement()  # raises, naming what is wrong
+                esize(dt)
+            key = (dt, sh, blk if dt == FP8 else 0, t.pieces)  # == t.content()
             c = by_key.get(key)
             if c is None:
                 t.check_pieces()
@@ -263,9 +290,12 @@ class _Planner:
         es = esize(p.dtype)
         nd = len(c.dests)
         if self.mode == "published":
+            # every member holds the full tensor: each (parameter, inference rank)
+            # pair goes to the member that has sent the fewest bytes so far
             mesh = self._mesh_choice(p)
-            r = min(mesh, key=self.egress.__getitem__)
-            self._emit_copy(c, pc, p, r, pc.rows, pc.cols, None)
+            n = pc.height * pc.width * es
+            for r, dests in self._split(mesh, c.dests, n):
+                self._emit_copy(c, pc, p, r, pc.rows, pc.cols, None, dests)
             return
         best = None
         for mesh, cp in p.meshes.items():
@@ -277,9 +307,21 @@ class _Planner:
         for r, rows, cols, _ in best[2]:
             self._emit_copy(c, pc, p, r, rows, cols, best[1])
 
-    def _emit_copy(self, c: _Content, pc, p: _Param, r: int, rows, cols, cp: Optional[_Copy]) -> None:
+    def _split(self, mesh: Tuple[int, ...], dests: List[Target], n: int) -> List[Tuple[int, List[Target]]]:
+        """Published mode: each destination (``n`` bytes to it) to the member of
+        ``mesh`` that has sent the fewest bytes so far; (rank, its destinations)
+        in the order of first use."""
+        by: Dict[int, List[Target]] = {}
+        for d in dests:
+            r = min(mesh, key=self.egress.__getitem__)
+            self.egress[r] += n
+            by.setdefault(r, []).append(d)
+        return list(by.items())
+
+    def _emit_copy(self, c: _Content, pc, p: _Param, r: int, rows, cols, cp: Optional[_Copy],
+                   to: Optional[List[Target]] = None) -> None:
         """Rows x cols of p, from rank r's shard on copy ``cp`` (None: from the
-        full tensor gathered there), to every destination of c."""
+        full tensor gathered there), to every destination of c (or those in ``to``)."""
         es = esize(p.dtype)
         full = cp is None
         if full:
@@ -291,14 +333,22 @@ class _Planner:
         src_stride = width * es
         n = rows[1] - rows[0]
         rb = (cols[1] - cols[0]) * es
-        dests = []
-        for t in c.dests:
-            W = t.shape[1]  # equal contents: the same pieces at the same places
-            dr = pc.at[0] + rows[0] - pc.rows[0]
-            dc = pc.at[1] + cols[0] - pc.cols[0]
-            dests.append([t.rank, t.offset + (dr * W + dc) * es, W * es])
-            self.expected[t.rank][r] += 1 if copy_is_contiguous(n, rb, src_stride, W * es) else n
-        self.egress[r] += n * rb * len(dests)
+        # equal contents: the same pieces at the same places, so the offset in
+        # the target, the stride and the immediates per copy are the same for
+        # every destination (hoisted: replicated tensors have up to M of them)
+        W = c.target.shape[1]
+        dr = pc.at[0] + rows[0] - pc.rows[0]
+        dc = pc.at[1] + cols[0] - pc.cols[0]
+        delta, stride = (dr * W + dc) * es, W * es
+        inc = 1 if copy_is_contiguous(n, rb, src_stride, stride) else n
+        exp = self.expected
+        counted = to is not None  # published mode (``to``) has counted its bytes already
+        to = c.dests if to is None else to
+        dests = [[t.rank, t.offset + delta, stride] for t in to]
+        for t in to:
+            exp[t.rank][r] += inc
+        if not counted:
+            self.egress[r] += n * rb * len(dests)
         self._add(r, p.group, ["copy", p.order, p.name, full, src_off, src_stride, n, rb, dests])
 
     # ------------------------------------------------------------ preparation
@@ -320,6 +370,21 @@ class _Planner:
                 out.append((pc.source, (r0, r0 + b - a), pc.cols))
         return out
 
+    def _common_meshes(self, c: _Content, srcs: List[_Param]) -> List[Tuple[int, ...]]:
+        """The meshes that hold every source of c, in mesh order (cached per
+        set of meshes: fused sources and every layer share a few)."""
+        key = tuple(tuple(p.meshes) for p in srcs)
+        ms = self._common.get(key)
+        if ms is None:
+            common = set(key[0])
+            for k in key[1:]:
+                common &= set(k)
+            ms = self._common[key] = sorted(common, key=self.meshes.__getitem__)
+        if not ms:
+            raise LayoutError(f"{c.target.name}: its sources {c.sources} have no mesh in common; a fused target needs "
+                              "all its sources on one mesh")
+        return ms
+
     def _prep(self, c: _Content) -> None:
         t = c.target
         srcs = [self.params[s] for s in c.sources]
@@ -332,26 +397,32 @@ class _Planner:
             for p in srcs[1:]:
                 if self._mesh_choice(p) != mesh:  # a source full_tensor()ed elsewhere: once more here
                     self._gather(p, mesh, -1)
-            owners = []
-            for b in bands:
-                r = min(mesh, key=self.egress.__getitem__)
-                self.egress[r] += band_bytes(b)
-                owners.append(r)
-            self._emit_preps(c, bands, owners, group, order)
+            assign = [self._split(mesh, c.dests, band_bytes(b) // len(c.dests)) for b in bands]
+            self._emit_preps(c, bands, assign, group, order)
             return
-        common = set(srcs[0].meshes)
-        for p in srcs[1:]:
-            common &= set(p.meshes)
-        if not common:
-            raise LayoutError(f"{t.name}: its sources {c.sources} have no mesh in common; a fused target needs "
-                              "all its sources on one mesh")
-        meshes = sorted(common, key=lambda m: self.meshes[m])
+        meshes = self._common_meshes(c, srcs)
         owners: List[int] = []
         root: Optional[Tuple[Tuple[int, ...], int]] = None
+        params = self.params
+        uniform = all(params[n].uniform_chunk() for n in c.sources)
         for b in bands:
             need = self._needs(c, b)
             local = []
-            for m in meshes:
+            if uniform:  # every copy split alike: the owner's position in its mesh is the same on each
+                pos = -1
+                for name, rows, _ in need:
+                    ch = params[name].uniform
+                    i = rows[0] // ch
+                    if rows[1] > (i + 1) * ch or (pos >= 0 and i != pos):
+                        pos = -2  # spans two shards, or two needs on different positions: no local owner
+                        break
+                    pos = i
+                if pos >= 0:
+                    local = [m[pos] for m in meshes]
+                meshes_to_scan = ()
+            else:
+                meshes_to_scan = meshes
+            for m in meshes_to_scan:
                 cand = None
                 for name, rows, cols in need:
                     r = self.params[name].meshes[m].owner(rows, cols)
@@ -373,29 +444,31 @@ class _Planner:
                 r = root[1]
             self.egress[r] += band_bytes(b)
             owners.append(r)
-        self._emit_preps(c, bands, owners, group, order)
+        self._emit_preps(c, bands, [[(r, c.dests)] for r in owners], group, order)
 
-    def _emit_preps(self, c: _Content, bands, owners, group: int, order: int) -> None:
+    def _emit_preps(self, c: _Content, bands, assign, group: int, order: int) -> None:
+        """``assign[i]``: the (rank, destinations) that prepare and write band i."""
         t = c.target  # every destination has the same shape, dtype and block
         es, W, fp8 = esize(t.dtype), t.shape[1], t.fp8
         ncb = -(-W // t.block)
         k = 2 if fp8 else 1
         exp = self.expected
         i = 0
-        while i < len(bands):  # merge consecutive bands prepared by the same rank
+        while i < len(bands):  # merge consecutive bands prepared by the same ranks for the same destinations
             j = i
-            while j + 1 < len(bands) and owners[j + 1] == owners[i]:
+            while j + 1 < len(bands) and assign[j + 1] == assign[i]:
                 j += 1
-            r0, r1, r = bands[i][0], bands[j][1], owners[i]
+            r0, r1 = bands[i][0], bands[j][1]
             doff = r0 * W * es
-            if fp8:
-                soff = (r0 // t.block) * ncb * 4
-                dests = [[d.rank, d.offset + doff, d.scale_offset + soff] for d in c.dests]
-            else:
-                dests = [[d.rank, d.offset + doff, -1] for d in c.dests]
-            for d in c.dests:
-                exp[d.rank][r] += k
-            self._add(r, group, ["prep", order, c.index, r0, r1, dests])
+            for r, to in assign[i]:
+                if fp8:
+                    soff = (r0 // t.block) * ncb * 4
+                    dests = [[d.rank, d.offset + doff, d.scale_offset + soff] for d in to]
+                else:
+                    dests = [[d.rank, d.offset + doff, -1] for d in to]
+                for d in to:
+                    exp[d.rank][r] += k
+                self._add(r, group, ["prep", order, c.index, r0, r1, dests])
             i = j + 1
 
     # ------------------------------------------------------------ driver

@@ -84,10 +84,13 @@ class Inputs:
             with open(eng) as f:
                 d = json.load(f)
             self.submit_us = float(d["submit_us_p50"])
-            self.source["submit_us"] = f"measured: {os.path.basename(eng)} ({d.get('machine', '')}, {d.get('provider', '')})"
+            at = ", ".join(x for x in (d.get("machine", ""), d.get("provider", ""),
+                                       f"commit {d['commit']}" if "commit" in d else "",
+                                       f"load {d['loadavg_1min'][0]}" if "loadavg_1min" in d else "") if x)
+            self.source["submit_us"] = f"measured: {os.path.basename(eng)} ({at})"
             if "barrier_us_p50" in d:
                 self.barrier_us = float(d["barrier_us_p50"])
-                self.source["barrier_us"] = f"measured: {os.path.basename(eng)} (loopback, one host)"
+                self.source["barrier_us"] = f"measured: {os.path.basename(eng)} (two engines in one process, {at})"
         gpu = os.path.join(directory, "h200-prep.json")
         if os.path.exists(gpu):
             with open(gpu) as f:
@@ -107,6 +110,7 @@ class Scenario:
     tp: int = 0  # inference instance size; 0: the smallest power of two holding FP8 weights in half of HBM
     node: int = 8
     experts: str = "node"  # trainer layout of routed experts (models.trainer_shards; EXPERTS below)
+    attention: str = "tp"  # inference layout of the rest (models.ATTENTION_LAYOUTS)
 
     def instance(self, spec: models.ModelSpec) -> int:
         if self.tp:
@@ -121,7 +125,7 @@ def build(sc: Scenario, mode: str = "xfer"):
     if sc.ranks % tp:
         raise ValueError(f"{sc.ranks} inference ranks are not whole instances of {tp}")
     sh = models.trainer_shards(spec, sc.trainers, sc.node, experts=sc.experts)
-    tg, sizes = models.inference_targets(spec, sc.ranks // tp, tp)
+    tg, sizes = models.inference_targets(spec, sc.ranks // tp, tp, attention=sc.attention)
     t0 = time.process_time()
     s = plan.build(sh, tg, region_bytes=sizes, mode=mode, validate=False)
     return s, time.process_time() - t0, tp
@@ -256,6 +260,57 @@ PUBLISHED = {"Kimi-K2": 1.3, "Qwen3-235B-A22B": 2.0}
 #: The published per-rank breakdown of Kimi-K2 256 -> 128 (ms; fabric-lib
 #: paper / le.qun.ch 2025-09-17), in this simulator's stage names.
 PUBLISHED_KIMI_MS = {"h2d": 184, "gather": 518, "fuse": 18, "quantize": 88, "submit": 26, "wait": 357 + 42, "total": 1233}
+
+
+#: Qwen3-235B-A22B as the first write-up (le.qun.ch, 2025-09-07) states its
+#: setup (docs/rl.md, "Qwen3-235B in its published setup"): 128 trainers, 32
+#: inference GPUs that each receive 37.688 GB (its schedule figure): 4
+#: instances of 8 GPUs with data-parallel attention and the experts split 8
+#: ways; routed experts FSDP-sharded across trainer nodes ("along the RDMA
+#: dimension", the follow-up of 2025-09-17).
+STATED_QWEN3 = Scenario("Qwen3-235B-A22B", 128, 32, tp=8, experts="across", attention="dp")
+#: Its measured link: 16.133 GB written in 0.441 s (36.6 GB/s) over one
+#: GPU's 400 Gbit/s (the write-up's "400 Gbps (~50 GB/s) link").
+STATED_LINK_GBps = 16.133 / 0.441
+#: Its figures: the headline "2 seconds", and 1.69-1.70 s in its timing figure.
+STATED_FIGURES = (2.0, 1.70)
+
+
+def stated(inp: Inputs) -> List[Dict[str, Any]]:
+    """Both plans on STATED_QWEN3, at the inputs' NIC rate and at the
+    write-up's measured link rate."""
+    rates = [("assumed: %.0f %% of %.0f Gbit/s" % (inp.nic_efficiency * 100, inp.nic_gbps), inp.nic_efficiency),
+             ("measured in the write-up: %.1f GB/s" % STATED_LINK_GBps, STATED_LINK_GBps / (inp.nic_gbps / 8))]
+    rows = []
+    for mode in ("xfer", "published"):
+        s, secs, tp = build(STATED_QWEN3, mode)
+        per_gpu = max(s.summary()["ingress"]) / 1e9
+        for label, eff in rates:
+            i2 = Inputs(**{**asdict(inp), "nic_efficiency": eff})
+            r = simulate(s, i2, STATED_QWEN3.node)
+            rows.append({"mode": mode, "link": label, "link_GBps": i2.nic_Bps / 1e9, "schedule_cpu_s": secs,
+                         "ingress_GB": per_gpu,
+                         "trainer_in_GB": max(g["max_trainer_ingress_GB"] for g in r["groups"]), **r})
+        del s
+    return rows
+
+
+def stated_markdown(rows: List[Dict[str, Any]]) -> str:
+    ms = lambda x: f"{x * 1000:.1f} ms" if x < 0.01 else f"{x * 1000:.0f} ms"  # noqa: E731
+    sc = STATED_QWEN3
+    out = [f"Qwen3-235B-A22B in its published setup: {sc.trainers} → {sc.ranks} ({sc.ranks // sc.tp} × {sc.tp}, "
+           "data-parallel attention, experts split over the instance), routed experts FSDP across trainer nodes:", "",
+           "| plan | link per GPU | predicted | per inference GPU | busiest trainer NIC in (gathers) | H2D | full tensor | "
+           "fuse | quantize | RDMA submit | wait | vs 2 s | vs 1.70 s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b = r["breakdown"]
+        a, f = STATED_FIGURES
+        out.append(f"| {'xfer' if r['mode'] == 'xfer' else 'published design'} | {r['link']} | **{r['seconds']:.2f} s** | "
+                   f"{r['ingress_GB']:.3f} GB | {r['trainer_in_GB']:.1f} GB | {ms(b['h2d'])} | {ms(b['gather'])} | "
+                   f"{ms(b['fuse'])} | {ms(b['quantize'])} | {ms(b['submit'])} | {ms(b['wait'])} | "
+                   f"{(r['seconds'] / a - 1) * 100:+.0f} % | {(r['seconds'] / f - 1) * 100:+.0f} % |")
+    return "\n".join(out)
 
 
 def table(inp: Inputs, scenarios: Sequence[Scenario] = DEFAULTS, modes=("xfer", "published")) -> List[Dict[str, Any]]:
@@ -398,13 +453,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(a.render) as f:
             d = json.load(f)
         print(markdown(d["rows"], Inputs(**d["inputs"])))
+        if d.get("stated"):
+            print("\n" + stated_markdown(d["stated"]))
         return 0
     if a.table or a.json:
         rows = table(inp, [Scenario(sc.model, sc.trainers, sc.ranks, sc.tp, sc.node, a.experts) for sc in DEFAULTS])
         print(markdown(rows, inp))
+        st = stated(inp)
+        print("\n" + stated_markdown(st))
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"inputs": asdict(inp), "rows": rows}, f, indent=1, default=float)
+                json.dump({"inputs": asdict(inp), "rows": rows, "stated": st}, f, indent=1, default=float)
     if a.plot:
         sw = sweep(inp, "Kimi-K2", [(64, 32), (128, 64), (256, 128), (512, 256)], [100, 200, 400, 800], a.experts)
         plot(sw, a.plot)

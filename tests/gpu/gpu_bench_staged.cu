@@ -1,0 +1,305 @@
+// xfer-gpu-bench, staged rows (XFER_BENCH_ONLY=staged): GPU memory moved
+// over a NIC provider through pinned host mirrors (XFER_GPU_IPC=0: the
+// source's bytes copied to its mirror first, the target's copied from its
+// mirror to the GPU before the immediates count) against the same transfer
+// between host regions, same provider (XFER_TEST_PROVIDER, default tcp on
+// lo), same two processes, same run. Single writes 64 KiB / 1 MiB / 16 MiB
+// and paged writes 1,024 x 4 / 16 / 64 KiB (random permutations), `calls`
+// writes in flight; every row's bytes verified at the target.
+#include <algorithm>
+#include <time.h>
+#include <vector>
+
+#include "gpu_common.h"
+
+namespace {
+
+const size_t single_sizes[] = {64u << 10, 1u << 20, 16u << 20};
+const uint32_t page_sizes[] = {4u << 10, 16u << 10, 64u << 10};
+const uint32_t npages = 1024;
+constexpr int NSINGLE = 3, NPAGE = 3, NROW = NSINGLE + NPAGE;
+constexpr size_t REGION = 64u << 20;
+
+double now_s()
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+bool row_paged(int r) { return r >= NSINGLE; }
+size_t row_bytes(int r) { return row_paged(r) ? (size_t)page_sizes[r - NSINGLE] * npages : single_sizes[r]; }
+// About 256 MiB a row, 8..256 calls, at most 16 in flight.
+int row_calls(int r) { return (int)std::min<size_t>(256, std::max<size_t>(8, (256u << 20) / row_bytes(r))); }
+
+void perm(std::vector<uint32_t> &v, uint32_t n, uint64_t seed)
+{
+	v.resize(n);
+	for (uint32_t i = 0; i < n; i++)
+		v[i] = i;
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		std::swap(v[i], v[x % (i + 1)]);
+	}
+}
+
+__host__ __device__ inline uint64_t pat(uint64_t word, uint64_t seed) { return (word + 1) * 0x9E3779B97F4A7C15ull ^ seed; }
+
+__global__ void sfill(uint64_t *p, uint64_t words, uint64_t seed)
+{
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words; i += (uint64_t)gridDim.x * blockDim.x)
+		p[i] = pat(i, seed);
+}
+
+// Bytes the target must hold after row r (seed): page dp[i] holds source
+// page sp[i]; a single write the first row_bytes(r) bytes.
+__global__ void scheck(const uint64_t *dst, const uint32_t *sp, const uint32_t *dp, uint32_t n, uint64_t pw,
+		       uint64_t seed, unsigned long long *bad)
+{
+	uint64_t total = (uint64_t)n * pw;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {
+		uint64_t page = i / pw, w = i % pw;
+		uint64_t s = sp ? sp[page] : page, d = dp ? dp[page] : page;
+		if (dst[d * pw + w] != pat(s * pw + w, seed))
+			atomicAdd(bad, 1ull);
+	}
+}
+
+uint64_t host_check(const uint64_t *dst, const std::vector<uint32_t> *sp, const std::vector<uint32_t> *dp, uint32_t n,
+		    uint64_t pw, uint64_t seed)
+{
+	uint64_t bad = 0;
+	for (uint64_t page = 0; page < n; page++)
+		for (uint64_t w = 0; w < pw; w++) {
+			uint64_t s = sp ? (*sp)[page] : page, d = dp ? (*dp)[page] : page;
+			bad += dst[d * pw + w] != pat(s * pw + w, seed);
+		}
+	return bad;
+}
+
+struct req {
+	uint64_t cmd, gpu, row, seed, imm, imms;
+};
+enum { ZERO = 1, CHECK, END };
+
+// The target: a host and a GPU region, both described to the source.
+int target(int fd)
+{
+	CK(cudaSetDevice(0));
+	xfer_peer_t peer;
+	xfer_engine_t *e = gpu_engine(fd, &peer);
+	void *gbuf, *hbuf = aligned_alloc(4096, REGION);
+	CK(cudaMalloc(&gbuf, REGION));
+	if (!hbuf)
+		return 1;
+	xfer_mr_t *gmr, *hmr;
+	XK(xfer_mr_reg(e, gbuf, REGION, &gmr));
+	XK(xfer_mr_reg(e, hbuf, REGION, &hmr));
+	uint8_t desc[XFER_DESC_MAX];
+	put_blob(fd, desc, (size_t)xfer_mr_desc(hmr, desc, sizeof(desc), NULL));
+	put_blob(fd, desc, (size_t)xfer_mr_desc(gmr, desc, sizeof(desc), NULL));
+	unsigned long long *bad;
+	uint32_t *lists;
+	CK(cudaMalloc(&bad, sizeof(*bad)));
+	CK(cudaMalloc(&lists, 2 * npages * sizeof(uint32_t)));
+	for (;;) {
+		struct req q;
+		get_blob(fd, &q, sizeof(q));
+		if (q.cmd == END)
+			break;
+		if (q.cmd == ZERO) {
+			if (q.gpu)
+				CK(cudaMemset(gbuf, 0, REGION));
+			else
+				memset(hbuf, 0, REGION);
+			CK(cudaDeviceSynchronize());
+			send_u64(fd, 0);
+			continue;
+		}
+		struct xfer_completion xc;
+		memset(&xc, 0, sizeof(xc));
+		xc.timeout_ms = 30000;
+		XK(xfer_expect_imm(e, (uint32_t)q.imm, (uint32_t)q.imms, &xc));
+		uint64_t res = gpu_wait(e).res ? 1ull << 40 : 0;
+		int r = (int)q.row;
+		std::vector<uint32_t> sp, dp;
+		uint32_t n = 1;
+		uint64_t pw = row_bytes(r) / 8;
+		if (row_paged(r)) {
+			perm(sp, npages, q.seed);
+			perm(dp, npages, q.seed + 1000);
+			n = npages;
+			pw = page_sizes[r - NSINGLE] / 8;
+		}
+		if (!q.gpu) {
+			res += host_check((const uint64_t *)hbuf, n > 1 ? &sp : NULL, n > 1 ? &dp : NULL, n, pw, q.seed);
+		} else {
+			CK(cudaMemset(bad, 0, sizeof(*bad)));
+			if (n > 1) {
+				CK(cudaMemcpy(lists, sp.data(), n * 4, cudaMemcpyHostToDevice));
+				CK(cudaMemcpy(lists + n, dp.data(), n * 4, cudaMemcpyHostToDevice));
+			}
+			scheck<<<264, 512>>>((const uint64_t *)gbuf, n > 1 ? lists : NULL, n > 1 ? lists + n : NULL, n, pw,
+					     q.seed, bad);
+			CK(cudaGetLastError());
+			unsigned long long nbad = 0;
+			CK(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+			res += nbad;
+		}
+		send_u64(fd, res);
+	}
+	xfer_mr_dereg(gmr);
+	xfer_mr_dereg(hmr);
+	xfer_engine_destroy(e);
+	return 0;
+}
+
+uint64_t ask(int fd, struct req q)
+{
+	put_blob(fd, &q, sizeof(q));
+	return recv_u64(fd);
+}
+
+int source(int fd)
+{
+	CK(cudaSetDevice(0));
+	xfer_peer_t peer;
+	xfer_engine_t *e = gpu_engine(fd, &peer);
+	void *gbuf, *hbuf = aligned_alloc(4096, REGION);
+	CK(cudaMalloc(&gbuf, REGION));
+	if (!hbuf)
+		return 1;
+	xfer_mr_t *mr[2];
+	XK(xfer_mr_reg(e, hbuf, REGION, &mr[0]));
+	XK(xfer_mr_reg(e, gbuf, REGION, &mr[1]));
+	xfer_rmr_t *dst[2];
+	uint8_t desc[XFER_DESC_MAX];
+	for (int g = 0; g < 2; g++) {
+		size_t dl = get_blob(fd, desc, sizeof(desc));
+		XK(xfer_rmr_import(e, peer, desc, dl, &dst[g]));
+	}
+	const char *prov = getenv("XFER_TEST_PROVIDER");
+	printf("staged GPU memory (pinned host mirrors, XFER_GPU_IPC=0) vs host memory, provider %s, two processes,\n"
+	       "same run; up to 16 writes in flight\n",
+	       prov);
+	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
+	int fails = 0;
+	uint32_t imm = 3000;
+	for (int r = 0; r < NROW; r++) {
+		double gbs[2];
+		bool bad_any = false;
+		std::vector<uint32_t> sp, dp;
+		uint64_t seed = 900 + r;
+		if (row_paged(r)) {
+			perm(sp, npages, seed);
+			perm(dp, npages, seed + 1000);
+		}
+		for (int g = 0; g < 2; g++, imm++) {
+			ask(fd, (struct req){ZERO, (uint64_t)g, 0, 0, 0, 0});
+			size_t bytes = row_bytes(r);
+			if (g) {
+				sfill<<<264, 512>>>((uint64_t *)gbuf, bytes / 8, seed);
+				CK(cudaDeviceSynchronize());
+			} else {
+				for (uint64_t i = 0; i < bytes / 8; i++)
+					((uint64_t *)hbuf)[i] = pat(i, seed);
+			}
+			struct xfer_write w;
+			struct xfer_paged_write pw;
+			memset(&w, 0, sizeof(w));
+			memset(&pw, 0, sizeof(pw));
+			w.src = mr[g];
+			w.dst = dst[g];
+			w.len = bytes;
+			w.imm = imm;
+			w.flags = XFER_F_IMM;
+			if (row_paged(r)) {
+				uint32_t pl = page_sizes[r - NSINGLE];
+				pw.src = mr[g];
+				pw.dst = dst[g];
+				pw.page_len = pl;
+				pw.src_pages = sp.data();
+				pw.src_stride = pl;
+				pw.dst_pages = dp.data();
+				pw.dst_stride = pl;
+				pw.npages = npages;
+				pw.imm = imm;
+				pw.flags = XFER_F_IMM;
+			}
+			int calls = row_calls(r), inflight = 0;
+			auto post = [&]() { XK(row_paged(r) ? xfer_write_paged(e, &pw, NULL) : xfer_write(e, &w, NULL)); };
+			post(); // warm-up: mirrors, connections
+			XK(gpu_wait(e).res);
+			double t0 = now_s();
+			for (int k = 0; k < calls; k++) {
+				if (inflight == 16) {
+					XK(gpu_wait(e).res);
+					inflight--;
+				}
+				post();
+				inflight++;
+			}
+			for (; inflight; inflight--)
+				XK(gpu_wait(e).res);
+			gbs[g] = (double)bytes * calls / (now_s() - t0) / 1e9;
+			uint64_t per = row_paged(r) ? npages : 1;
+			uint64_t bad = ask(fd, (struct req){CHECK, (uint64_t)g, (uint64_t)r, seed, imm, per * (calls + 1)});
+			if (bad) {
+				bad_any = true;
+				printf("  %s row %d: %llu bad words%s\n", g ? "GPU" : "host", r,
+				       (unsigned long long)(bad & ((1ull << 40) - 1)), bad >> 40 ? ", immediates missing" : "");
+			}
+		}
+		fails += bad_any;
+		char op[64];
+		if (row_paged(r))
+			snprintf(op, sizeof(op), "paged %5u x %2u KiB", npages, page_sizes[r - NSINGLE] >> 10);
+		else
+			snprintf(op, sizeof(op), "single %7zu KiB", single_sizes[r] >> 10);
+		printf("%-26s %5d %10.2f %10.2f %7.2f  %s\n", op, row_calls(r), gbs[1], gbs[0], gbs[1] / gbs[0],
+		       bad_any ? "MISMATCH" : "verified");
+		fflush(stdout);
+	}
+	struct req end = {END, 0, 0, 0, 0, 0};
+	put_blob(fd, &end, sizeof(end));
+	printf("rows failing verification: %d\n", fails);
+	for (int g = 0; g < 2; g++) {
+		xfer_rmr_free(dst[g]);
+		xfer_mr_dereg(mr[g]);
+	}
+	xfer_engine_destroy(e);
+	return fails ? 1 : 0;
+}
+
+} // namespace
+
+int staged_bench_main(void)
+{
+	if (!getenv("XFER_TEST_PROVIDER"))
+		setenv("XFER_TEST_PROVIDER", "tcp", 1);
+	setenv("XFER_GPU_IPC", "0", 1); // through the mirrors, even on one host
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return 1;
+	pid_t rx = fork();
+	if (rx == 0) {
+		int rc = target(sv[1]);
+		fflush(stdout);
+		_exit(rc);
+	}
+	pid_t tx = fork();
+	if (tx == 0) {
+		int rc = source(sv[0]);
+		fflush(stdout);
+		_exit(rc);
+	}
+	int s1 = 0, s2 = 0;
+	waitpid(tx, &s1, 0);
+	waitpid(rx, &s2, 0);
+	if (!WIFEXITED(s1) || WEXITSTATUS(s1) || !WIFEXITED(s2) || WEXITSTATUS(s2)) {
+		fprintf(stderr, "staged run failed (source %d, target %d)\n", s1, s2);
+		return 1;
+	}
+	return 0;
+}
