@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/worker.h"
+#include "gpu/gpu_copy.h"
 #include "util/log.h"
 #include "util/sys.h"
 
@@ -107,6 +109,11 @@ int xi_regions_add(xfer_engine_t *e, xfer_mr_t *mr)
 		return ret;
 	}
 	mr->listed = true;
+	/* A staged GPU region's landings launch the copy kernel here: load it
+	 * now (gpu_copy.c says why). On the worker (through reg_on_worker), whose
+	 * GPU state it is. Regions written in place land by the NIC. */
+	if (mr->gpu >= 0 && !mr->native && e->w)
+		xi_gpu_prepare(e->w->gpu, mr->gpu);
 	return 0;
 }
 

@@ -67,6 +67,7 @@ static void load(void)
 	*(void **)&api.cuMemGetHandleForAddressRange = dlsym(lib, "cuMemGetHandleForAddressRange");
 	*(void **)&api.cuModuleLoadData = dlsym(lib, "cuModuleLoadData");
 	*(void **)&api.cuModuleGetFunction = dlsym(lib, "cuModuleGetFunction");
+	*(void **)&api.cuFuncLoad = dlsym(lib, "cuFuncLoad");
 	*(void **)&api.cuLaunchKernel = dlsym(lib, "cuLaunchKernel");
 	*(void **)&api.cuMemAlloc = dlsym(lib, "cuMemAlloc_v2");
 	*(void **)&api.cuMemFree = dlsym(lib, "cuMemFree_v2");

@@ -80,6 +80,8 @@ struct cuda_api {
 	 * them paged copies go to the copy engine. */
 	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
 	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	/* CUDA 12.4+: finishes loading a lazily loaded function (NULL before). */
+	CUresult (*cuFuncLoad)(CUfunction);
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 				   CUstream, void **, void **);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);

@@ -203,6 +203,8 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		why = "the driver would not load the fatbin (no sm_90 code or PTX for this GPU)";
 	else if (c->cuModuleGetFunction(&k->fn, k->mod, XI_PAGES_KERNEL))
 		why = "the fatbin lacks " XI_PAGES_KERNEL;
+	else if (c->cuFuncLoad && c->cuFuncLoad(k->fn))
+		why = "the driver would not load " XI_PAGES_KERNEL;
 	else if (c->cuMemHostAlloc((void **)&k->host, IDX_RING, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
 		 c->cuMemHostGetDevicePointer(&k->host_dev, k->host, 0) || c->cuMemAlloc(&k->dev, IDX_RING))
 		why = "no memory for page lists";
@@ -607,6 +609,18 @@ void xi_gpu_forget(struct xi_gpu *g)
 int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
 {
 	return g && stream_of(g, dev) && kernels_of(g, dev) ? 1 : 0;
+}
+
+/* Under lazy loading (CUDA's default since 12.2) a kernel's code is loaded
+ * at its first launch, and loading may wait for every kernel running in the
+ * context. A target's first landing would then wait for the application's
+ * kernel that spins on that landing's signal word: a deadlock. So the
+ * stream, the copy kernels (fully loaded) and their page-list memory are
+ * made when a GPU region is registered, before any kernel can wait on it. */
+void xi_gpu_prepare(struct xi_gpu *g, int dev)
+{
+	if (g && stream_of(g, dev))
+		(void)kernels_of(g, dev);
 }
 
 /* n bytes of a page-list ring at *off, the bytes taken (n and any end

@@ -101,6 +101,10 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p);
 /* Whether paged copies on dev run as kernels: 1, 0 (copy engine), for tests
  * and benchmarks' labels. Loads the kernels on first use. */
 int xi_gpu_kernels_on(struct xi_gpu *g, int dev);
+/* The stream and copy kernels of dev made now (at GPU registration), not at
+ * first use: see gpu_copy.c. Best effort: a failure is the one the first use
+ * would meet (kernels off: logged once, copies by the copy engine). */
+void xi_gpu_prepare(struct xi_gpu *g, int dev);
 
 /* Finished copies, oldest first, at most max; stops at the first running one. */
 int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);

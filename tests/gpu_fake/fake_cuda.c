@@ -391,6 +391,9 @@ static CUresult enqueue(CUstream s, void *dst, const void *src, size_t len)
 static CUresult f_module_load(CUmodule *m, const void *image)
 {
 	*m = (CUmodule)(uintptr_t)image;
+	pthread_mutex_lock(&lock);
+	counts.module_loads++;
+	pthread_mutex_unlock(&lock);
 	return 0;
 }
 

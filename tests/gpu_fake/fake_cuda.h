@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 struct fake_cuda_counts {
-	uint64_t host_allocs;    /* pinned mirrors */
+	uint64_t host_allocs;    /* pinned allocations: mirrors, and one page-list ring per module load */
+	uint64_t module_loads;   /* copy kernels loaded (at an engine's first staged GPU region) */
 	uint64_t dtoh;           /* staging copies out of device memory */
 	uint64_t htod;           /* copies into device memory (notices, IPC from host) */
 	uint64_t dtod;           /* IPC copies between devices */

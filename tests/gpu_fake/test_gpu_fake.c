@@ -219,6 +219,11 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK(gpu && want);
 	xfer_mr_t *mr;
 	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	/* The copy kernels are loaded at registration, before anything lands:
+	 * a lazy load at the first landing could wait for an application kernel
+	 * spinning on that landing's signal word (gpu_copy.c). */
+	t_sync_worker(e);
+	CHECK(fake_cuda_counts().module_loads == (!no_kernel && xi_gpu_fatbin_len > 0 ? 1u : 0u));
 	struct xfer_completion c = {0};
 	CHECK_OK(xfer_expect_imm(e, 1, 1, &c));
 	t_send_desc(fd, mr);
