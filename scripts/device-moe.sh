@@ -165,12 +165,14 @@ elif [ "$ORDER" = moe4 ]; then
 		--json "$out/bench-decode-ipc.json"
 	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
 	step gpu-2-kill-ipc 30 $py $t --world 2 --device "$dev" --mode ipc --check dead --sigkill --timeout-ms 3000
-	step bench-decode-ipc-nopdl 20 env XFER_MOE_PDL=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
-		--iters $iters --trace
 	step gpu-4-ipc 25 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
 	[ "$dev" = cuda ] && step gpu-2-graph-ipc 20 $py $t --world 2 --device cuda --mode ipc --check graph
 	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
 	step gpu-2-kill-engine 30 $py $t --world 2 --device "$dev" --mode engine --check dead --sigkill --timeout-ms 3000
+	step bench-decode-ipc-nopdl 20 env XFER_MOE_PDL=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters $iters --trace
+	step bench-decode-ipc-unfused 20 env XFER_MOE_ROUTE_PACK=0 $py $b --device "$dev" --shape decode --world 2 \
+		--mode ipc --iters $iters --trace
 	step bench-decode-ipc-narrow 20 env XFER_MOE_ROUTE_WIDE=0 $py $b --device "$dev" --shape decode --world 2 \
 		--mode ipc --iters $iters --trace
 elif [ "$ORDER" = figures ]; then

@@ -382,7 +382,7 @@ def check_dead_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str,
             d = ep.dispatch(do_send=False, handle=d.handle)
             y = d.expert_x.clone()
             ep.combine(y, d.handle)
-            if spec["device"] != "cpu":
+            if spec.get("device", "cpu") != "cpu":
                 # GPU halves only launch: wait for the round (its waits have the deadline), then ask
                 import torch
 
