@@ -366,11 +366,17 @@ def check_dead_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str,
     import xfer
     from xfer import moe
 
+    import torch
+
+    dev = torch.device(spec.get("device", "cpu"))
+    if dev.type == "cuda":  # the GPU path (run moe4-1 ran this check on the CPU: no device given)
+        torch.cuda.set_device(spec.get("gpu", rank % torch.cuda.device_count()))
     group = moe.RankGroup(rank, world, all_gather)
-    ep = moe.MoE(group, **_moe_kwargs(spec))
+    ep = moe.MoE(group, device=dev, **_moe_kwargs(spec))
     t0 = None
     for r in range(1, 9):
         n, x, idx, w = gen_round(spec, r, rank)
+        x, idx, w = x.to(dev), idx.to(dev), w.to(dev)
         if r == 3:
             t0 = time.monotonic()
         try:
@@ -382,10 +388,8 @@ def check_dead_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str,
             d = ep.dispatch(do_send=False, handle=d.handle)
             y = d.expert_x.clone()
             ep.combine(y, d.handle)
-            if spec.get("device", "cpu") != "cpu":
+            if dev.type == "cuda":
                 # GPU halves only launch: wait for the round (its waits have the deadline), then ask
-                import torch
-
                 torch.cuda.synchronize()
                 ep.check()
         except xfer.Error as ex:

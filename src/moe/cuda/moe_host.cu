@@ -440,8 +440,13 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	if (g->pack_smem > 48 * 1024)
 		CU(cudaFuncSetAttribute(moe_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)g->pack_smem), "cudaFuncSetAttribute (pack)");
-	/* the fused route + pack: the token and route_wide's counts (launch checks the sum) */
-	g->smem_optin = (uint32_t)prop.sharedMemPerBlockOptin;
+	/* the fused route + pack: the token and route_wide's counts (launch checks
+	 * the sum); the most dynamic shared memory is the opt-in limit less the
+	 * kernel's static shared memory (asking for the whole limit is
+	 * cudaErrorInvalidValue: run moe4-1) */
+	cudaFuncAttributes rpa;
+	CU(cudaFuncGetAttributes(&rpa, moe_route_pack_kernel), "cudaFuncGetAttributes (route + pack)");
+	g->smem_optin = (uint32_t)(prop.sharedMemPerBlockOptin - rpa.sharedSizeBytes);
 	CU(cudaFuncSetAttribute(moe_route_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 				(int)g->smem_optin), "cudaFuncSetAttribute (route + pack)");
 	/* Grid-stride kernels (shuffle, combine send): enough blocks that a
