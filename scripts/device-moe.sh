@@ -19,6 +19,8 @@
 # 80) have passed the rest are listed as skipped, so that a hang cannot eat
 # the device time. About 100 s on one H200 by default; BUDGET=200 ORDER=full for the checks.
 #
+# ORDER moe4: the decode figure, the checks with this build's defaults, a SIGKILLed rank, the A/Bs.
+#
 #   scripts/device-moe.sh OUT_DIR [ORDER]  (BUDGET=600 for all; DEVICE=cpu: a dry run of the CPU-capable
 #                                      steps; TSCALE=N multiplies every step's timeout)
 #
@@ -29,9 +31,10 @@
 # only if its timeout still fits in BUDGET (default 140 s), so the whole run
 # stays within it.
 set -uo pipefail
-out=${1:?usage: scripts/device-moe.sh OUT_DIR [figures|full|diag]}
+out=${1:?usage: scripts/device-moe.sh OUT_DIR [figures|full|diag|moe4]}
 ORDER=${2:-${ORDER:-figures}}
 [ "$ORDER" = diag ] && BUDGET=${BUDGET:-140}
+[ "$ORDER" = moe4 ] && BUDGET=${BUDGET:-75} # a step starts while under it: ~90 s in all
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_LIBRARY=$PWD/build/libxfer_moe_cuda.so
@@ -153,6 +156,25 @@ if [ "$ORDER" = diag ]; then
 		--trace --json "$out/bench-decode-engine.json"
 	step bench-decode-ipc-sm50 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
+elif [ "$ORDER" = moe4 ]; then
+	# Branch moe4 (about 90 s): the decode figure with this build's defaults (the route kernel a block
+	# per token, programmatic dependent launch on), is it right with them (2 and 4 ranks, a graph, the
+	# engine path), a rank killed by SIGKILL mid-round (same-host and engine path: the others must fail
+	# naming it within the 3 s deadline, never hang), then the A/B of each default against the old way.
+	step bench-decode-ipc 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
+		--json "$out/bench-decode-ipc.json"
+	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split
+	step gpu-2-kill-ipc 30 $py $t --world 2 --device "$dev" --mode ipc --check dead --sigkill --timeout-ms 3000
+	step gpu-4-ipc 25 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
+	[ "$dev" = cuda ] && step gpu-2-graph-ipc 20 $py $t --world 2 --device cuda --mode ipc --check graph
+	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
+	step gpu-2-kill-engine 30 $py $t --world 2 --device "$dev" --mode engine --check dead --sigkill --timeout-ms 3000
+	step bench-decode-ipc-nopdl 20 env XFER_MOE_PDL=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
+		--iters $iters --trace
+	step bench-decode-ipc-unfused 20 env XFER_MOE_ROUTE_PACK=0 $py $b --device "$dev" --shape decode --world 2 \
+		--mode ipc --iters $iters --trace
+	step bench-decode-ipc-narrow 20 env XFER_MOE_ROUTE_WIDE=0 $py $b --device "$dev" --shape decode --world 2 \
+		--mode ipc --iters $iters --trace
 elif [ "$ORDER" = figures ]; then
 	# The figures first (the docs' decode and prefill, same-host; then the engine path's proxy share),
 	# then the correctness checks, the engine path's last (it hung in two runs: docs/moe.md).

@@ -44,6 +44,8 @@ SHAPES = {
     "prefill": dict(max_tokens=4096, hidden=7168, topk=8, experts=256),
 }
 PHASES = ["dispatch_send", "dispatch_recv", "dispatch", "combine_send", "combine_recv", "combine", "stamp"]
+# the A/B knobs of the GPU kernels (docs/moe.md): the header says which were set
+KNOBS = ["XFER_MOE_PDL", "XFER_MOE_ROUTE_WIDE", "XFER_MOE_FUSE", "XFER_MOE_SYS_FENCES", "XFER_MOE_GRID"]
 # Published figures (the issue; EP8 on 8 GPUs of one node, ConnectX-7), for the printout only.
 PUBLISHED = {"decode": {"fabric-lib EP8 dispatch": 50.5, "fabric-lib EP8 combine": 65.3,
                         "DeepEP EP8 dispatch": 42.6, "DeepEP EP8 combine": 72.0}}
@@ -309,6 +311,7 @@ def main() -> int:
           f"MPS {'on' if res[0].get('mps') else 'off (time-sliced if ranks share a GPU)'}, "
           f"{'CUDA graphs' if res[0].get('graph') else 'eager launches'}, "
           f"{'SMs ' + str(a.sm_percent) + '% per rank, ' if a.sm_percent else ''}"
+          f"{''.join(k + '=' + os.environ[k] + ', ' for k in KNOBS if k in os.environ)}"
           f"{spec['max_tokens']} tokens x {spec['hidden']} per rank, top-{K} of {spec['experts']}, fp8 "
           f"dispatch / bf16 combine, {n} rounds, {took:.0f} s in all")
     print(f"{'phase (us)':<16}" + "".join(f"{'rank ' + str(i) + ' p50':>13}{'p99':>9}" for i in range(W))

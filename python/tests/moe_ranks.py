@@ -13,6 +13,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import signal
 import struct
 import sys
 import threading
@@ -365,20 +366,32 @@ def check_dead_rank(rank: int, world: int, all_gather: Callable, spec: Dict[str,
     import xfer
     from xfer import moe
 
+    import torch
+
+    dev = torch.device(spec.get("device", "cpu"))
+    if dev.type == "cuda":  # the GPU path (run moe4-1 ran this check on the CPU: no device given)
+        torch.cuda.set_device(spec.get("gpu", rank % torch.cuda.device_count()))
     group = moe.RankGroup(rank, world, all_gather)
-    ep = moe.MoE(group, **_moe_kwargs(spec))
+    ep = moe.MoE(group, device=dev, **_moe_kwargs(spec))
     t0 = None
     for r in range(1, 9):
         n, x, idx, w = gen_round(spec, r, rank)
+        x, idx, w = x.to(dev), idx.to(dev), w.to(dev)
         if r == 3:
             t0 = time.monotonic()
         try:
             d = ep.dispatch(x, idx, w, do_recv=False)
             if r == 3 and rank == world - 1:
+                if spec.get("sigkill"):  # as the OOM killer or a scheduler does: no exit path at all
+                    os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(0)  # route vector and tokens sent, nothing received
             d = ep.dispatch(do_send=False, handle=d.handle)
             y = d.expert_x.clone()
             ep.combine(y, d.handle)
+            if dev.type == "cuda":
+                # GPU halves only launch: wait for the round (its waits have the deadline), then ask
+                torch.cuda.synchronize()
+                ep.check()
         except xfer.Error as ex:
             took = time.monotonic() - (t0 or time.monotonic())
             assert f"rank {world - 1}" in str(ex), f"the error does not name the dead rank: {ex}"
@@ -499,6 +512,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--provider", default="tcp")
     ap.add_argument("--check", default="rounds", choices=["rounds", "graph", "dead", "capacity"])
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--timeout-ms", type=int, default=20000, help="the MoE's round deadline")
+    ap.add_argument("--sigkill", action="store_true", help="dead: the rank dies by SIGKILL (else os._exit)")
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--split", action="store_true")
     ap.add_argument("--gpu-wait", default="auto")
@@ -512,7 +527,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     spec: Dict[str, Any] = dict(world=a.world, experts=8 * a.world, topk=6 if a.world > 2 else 4,
                                 hidden=a.hidden, max_tokens=a.max_tokens, rounds=a.rounds,
                                 private_tokens=4, provider=a.provider, device=a.device, fp8=a.fp8,
-                                split=a.split, gpu_wait=a.gpu_wait, layout=a.layout, timeout_ms=20000)
+                                split=a.split, gpu_wait=a.gpu_wait, layout=a.layout, timeout_ms=a.timeout_ms,
+                                sigkill=a.sigkill)
     if a.layout == "packed":
         spec["expert_align"] = 8
     if a.mode == "engine":

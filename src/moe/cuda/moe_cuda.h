@@ -88,7 +88,7 @@ XFER_MOE_CUDA_API int xfer_moe_cuda_combine_recv(xfer_moe_cuda_t *g, uint32_t n,
  * time slices), 0 when not, or a negative errno. */
 XFER_MOE_CUDA_API int xfer_moe_cuda_mps_enabled(int device);
 /* How many of this library's kernels the driver reports loaded after create
- * preloaded them (all: 8), or -1 when the driver cannot say. */
+ * preloaded them (all: 10), or -1 when the driver cannot say. */
 XFER_MOE_CUDA_API int xfer_moe_cuda_kernels_loaded(const xfer_moe_cuda_t *g);
 
 /* Benchmark helper: a one-thread kernel on `stream` that stores the GPU's

@@ -33,10 +33,14 @@
 #include "moe_format.h"
 #include "xfer_moe.h"
 
-enum { CNT_PACK_REMOTE, CNT_PACK_ALL, CNT_SHUFFLE, CNT_CSEND_REMOTE, CNT_CSEND_ALL, CNT_CRECV, CNT_N = 16 };
+enum { CNT_PACK_REMOTE, CNT_PACK_ALL, CNT_SHUFFLE, CNT_CSEND_REMOTE, CNT_CSEND_ALL, CNT_CRECV, CNT_ROUTE, CNT_N = 16 };
 enum { MISC_REC_TOTAL, MISC_Q_REMOTE, MISC_Q_TOTAL, MISC_BAD, MISC_N = 8 };
 enum { WP_SEND, WP_RECV, WP_CSEND, WP_CRECV, WP_N };
 enum { PLAN_THREADS = 256 }; /* the plan kernel's one block (its scan is sized by it) */
+/* moe_route_wide_kernel: its block size, and the most tokens and pairs
+ * (n*K) it is used for (each block counts every pair; its shared memory
+ * holds them: 4*(pairs + 4E + 2W) bytes, under 48 KiB) */
+enum { ROUTE_WIDE_THREADS = 256, ROUTE_WIDE_TOKENS = 256, ROUTE_WIDE_PAIRS = 2048 };
 /* Trace points (XFER_MOE_TRACE=1): per round, each kernel's first start and
  * last end on the GPU's global timer, in launch order; KT_ROUND holds the
  * round number (the slot is round % XFER_MOE_CUDA_TRACE_ROUNDS). */
@@ -191,7 +195,7 @@ __device__ __forceinline__ void trace_at(const moe_dev &d, uint32_t round, uint3
 }
 
 /*
- * Programmatic dependent launch (XFER_MOE_PDL=1, kernel waits): pack,
+ * Programmatic dependent launch (kernel waits; XFER_MOE_PDL=0: not): pack,
  * shuffle and the combine receive are launched while the kernel before them
  * still runs, and wait here for it (its results visible); the kernel before
  * lets them launch only once it has passed its own wait on another rank, so

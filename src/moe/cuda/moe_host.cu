@@ -96,7 +96,8 @@ static batch_fn batch_op(void)
 static const void *const all_kernels[] = {
 	(const void *)moe_wait_kernel, (const void *)moe_route_kernel, (const void *)moe_pack_kernel,
 	(const void *)moe_plan_kernel, (const void *)moe_shuffle_kernel, (const void *)moe_comb_send_kernel,
-	(const void *)moe_stamp_kernel, (const void *)moe_comb_recv_kernel,
+	(const void *)moe_stamp_kernel, (const void *)moe_comb_recv_kernel, (const void *)moe_route_wide_kernel,
+	(const void *)moe_route_pack_kernel,
 };
 #define N_KERNELS (sizeof(all_kernels) / sizeof(all_kernels[0]))
 
@@ -168,7 +169,10 @@ struct xfer_moe_cuda {
 	uint32_t *dbg_h;        /* pinned: what debug reads of the arena */
 	int kernels_loaded;     /* preload_kernels' answer */
 	bool fuse;              /* send and receive waits inside route / plan (XFER_MOE_FUSE=0: not) */
-	bool pdl;               /* XFER_MOE_PDL=1: programmatic dependent launch (kernel waits) */
+	bool pdl;               /* programmatic dependent launch (kernel waits; XFER_MOE_PDL=0: not) */
+	bool route_wide;        /* few tokens: moe_route_wide_kernel (XFER_MOE_ROUTE_WIDE=0: not) */
+	bool route_pack;        /* ... and route + pack in one kernel where it can (XFER_MOE_ROUTE_PACK=0: not) */
+	uint32_t smem_optin;    /* the most dynamic shared memory a block may have */
 	uint8_t uuid[16];
 	bool connected;
 };
@@ -376,8 +380,12 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.trace = tr && *tr && strcmp(tr, "0") != 0;
 	const char *fu = getenv("XFER_MOE_FUSE");
 	g->fuse = !(fu && strcmp(fu, "0") == 0);
+	const char *rw = getenv("XFER_MOE_ROUTE_WIDE");
+	g->route_wide = !(rw && strcmp(rw, "0") == 0);
+	const char *rpk = getenv("XFER_MOE_ROUTE_PACK");
+	g->route_pack = !(rpk && strcmp(rpk, "0") == 0);
 	const char *pd = getenv("XFER_MOE_PDL");
-	g->pdl = pd && *pd && strcmp(pd, "0") != 0 && wait == XFER_MOE_WAIT_KERNEL;
+	g->pdl = !(pd && strcmp(pd, "0") == 0) && wait == XFER_MOE_WAIT_KERNEL; /* on by default (kernel waits) */
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -432,6 +440,15 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	if (g->pack_smem > 48 * 1024)
 		CU(cudaFuncSetAttribute(moe_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)g->pack_smem), "cudaFuncSetAttribute (pack)");
+	/* the fused route + pack: the token and route_wide's counts (launch checks
+	 * the sum); the most dynamic shared memory is the opt-in limit less the
+	 * kernel's static shared memory (asking for the whole limit is
+	 * cudaErrorInvalidValue: run moe4-1) */
+	cudaFuncAttributes rpa;
+	CU(cudaFuncGetAttributes(&rpa, moe_route_pack_kernel), "cudaFuncGetAttributes (route + pack)");
+	g->smem_optin = (uint32_t)(prop.sharedMemPerBlockOptin - rpa.sharedSizeBytes);
+	CU(cudaFuncSetAttribute(moe_route_pack_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				(int)g->smem_optin), "cudaFuncSetAttribute (route + pack)");
 	/* Grid-stride kernels (shuffle, combine send): enough blocks that a
 	 * prefill round (thousands of records) is not latency-bound per block,
 	 * but never more than there can be work for (a record per source and
@@ -650,7 +667,22 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_dispatch_send(xfer_moe_cuda_t *g,
 		return fail(-EINVAL, "dispatch_send: fp8 tokens without their scales");
 	cudaStream_t st = (cudaStream_t)(uintptr_t)stream;
 	uint32_t fused = fuse(g, WP_SEND) ? (uint32_t)WP_SEND : (uint32_t)WP_N;
-	moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes, fused);
+	/* few tokens (decode): a block per token, which with kernel waits and
+	 * no remote ranks also packs its token; else one block walks them all */
+	const bool wide = g->route_wide && n <= ROUTE_WIDE_TOKENS && n * d.K <= ROUTE_WIDE_PAIRS;
+	const uint32_t wide_smem = 4u * (n * d.K + 4 * d.E + 2 * d.W);
+	const uint32_t rp_smem = (g->pack_smem + 15u) / 16u * 16u + wide_smem;
+	if (wide && g->route_pack && g->fuse && g->wait == XFER_MOE_WAIT_KERNEL && !d.n_remote &&
+	    rp_smem <= g->smem_optin) {
+		moe_route_pack_kernel<<<n + 1, g->tok_threads, rp_smem, st>>>(d, n, (const uint8_t *)x, x_scales,
+									      quantize, topk_idx, idx_bytes);
+		CU(cudaGetLastError(), "launching the route + pack kernel");
+		return 0;
+	}
+	if (wide)
+		moe_route_wide_kernel<<<n + 1, ROUTE_WIDE_THREADS, wide_smem, st>>>(d, n, topk_idx, idx_bytes, fused);
+	else
+		moe_route_kernel<<<1, g->route_threads, g->route_smem, st>>>(d, n, topk_idx, idx_bytes, fused);
 	CU(cudaGetLastError(), "launching the route kernel");
 	if (fused == WP_N && (rc = wait_point(g, WP_SEND, st)))
 		return rc;

@@ -7,6 +7,8 @@
  *                          order, give every (token, slot) its record, pair
  *                          ordinals and combine row; the route vector goes to
  *                          the proxy (pinned host) and to same-host ranks
+ *   route_wide (a block per token + 1) the same numbers for few tokens
+ *                          (decode), from order-free counts (see there)
  *   pack       (a block per token) records into the send buffer, remote
  *                          destinations first (then the proxy may post)
  *   plan       (1 block)   the receiver's plan from every route vector
@@ -30,13 +32,13 @@
  * failure, ends the wait. Its own kernel, or (XFER_MOE_FUSE=1, kernel
  * waits) the end of the route kernel and the start of the plan kernel, a
  * launch fewer each. */
-__device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
+__device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round, bool lower = true, bool stamp = true)
 {
 	const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
 	const uint32_t *ranks = ARENA(d, const uint32_t, o_wait_rank) + (uint64_t)wp * (d.W + 1);
 	const uint32_t kt = wp == WP_SEND ? KT_WAIT_SEND : wp == WP_RECV ? KT_WAIT_RECV
 			    : wp == WP_CSEND ? KT_WAIT_CSEND : KT_WAIT_CRECV;
-	if (threadIdx.x == 0)
+	if (threadIdx.x == 0 && stamp)
 		trace_at(d, round, kt, 0);
 	uint64_t t0 = global_ns();
 	for (uint32_t f = threadIdx.x; f < d.wait_n[wp]; f += 32) {
@@ -66,12 +68,14 @@ __device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round)
 			(void)ld_acquire_sys(p);
 		else
 			(void)ld_acquire_gpu(p);
-		*p = 0u;
+		if (lower) /* else the grid's last block lowers them (moe_route_pack_kernel) */
+			*p = 0u;
 	}
 	__syncwarp();
 	if (threadIdx.x == 0) {
 		__threadfence(); /* what the flags announced, before the block goes on */
-		trace_at(d, round, kt, 1);
+		if (stamp)
+			trace_at(d, round, kt, 1);
 	}
 	pdl_let_next_launch(); /* the wait is over: the next kernel may launch */
 }
@@ -335,6 +339,212 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 		pdl_let_next_launch(); /* the next kernel is the wait kernel: a normal launch */
 }
 
+/*
+ * The route kernel for few tokens (decode): a block per token, plus block 0
+ * for the route vector, instead of one block that walks every token (17-19
+ * us for 128 tokens on an H200, run moe3-2: one SM's issue rate). Every
+ * block loads all n*K indices into shared memory and counts them per expert
+ * with shared atomics, as pairs and as "lead" slots (a token's first slot
+ * for a rank: one record each), over all tokens and over the tokens before
+ * its own; counts are order-free, so the atomics give the same numbers as
+ * the walk in token order. A rank's records and pairs are sums over its
+ * experts, so the numbers of moe_route_kernel follow without a scan across
+ * blocks: for slot k of token t going to expert e of rank dd,
+ *   rec   = sum of lead(all tokens) over experts of ranks < dd + lead(before t) of dd's experts
+ *   pb    = pairs(before t) of dd's experts;  q = earlier slots of t to dd
+ *   j     = pairs(before t) of e + earlier slots of t to e
+ *   tcomb = pairs(all tokens) over experts of ranks < dd + pb + q
+ * The redundant counting is n*K atomics per block: used while n*K is small.
+ * The last block to finish bumps the round, tells the proxy and runs the
+ * fused send wait.
+ */
+/* The wide route's work for block b: returns the round; token blocks
+ * (b > 0) leave their token's slots in tok (for the fused pack) and in the
+ * arena. sm: 4*(n*K + 4E + 2W) bytes. */
+struct tok_route {
+	int32_t rec[XFER_MOE_TOPK_MAX];
+	uint32_t e[XFER_MOE_TOPK_MAX], j[XFER_MOE_TOPK_MAX], pb[XFER_MOE_TOPK_MAX];
+	uint8_t lead[XFER_MOE_TOPK_MAX];
+};
+
+__device__ uint32_t route_wide(const moe_dev &d, uint32_t n, const void *idx, int idx_bytes, uint32_t *sm,
+			       tok_route &tok)
+{
+	const uint32_t E = d.E, W = d.W, K = d.K, L = d.L, tid = threadIdx.x, bd = blockDim.x;
+	const uint32_t NW = bd / 32, w = tid / 32, lane = tid % 32, b = blockIdx.x, NP = n * K;
+	int32_t *s_x = (int32_t *)sm; /* [n*K]: the expert, -1 for an empty slot */
+	uint32_t *c_all = sm + NP, *l_all = c_all + E, *c_bef = l_all + E, *l_bef = c_bef + E;
+	uint32_t *r_rec = l_bef + E, *r_pair = r_rec + W; /* block 0: per rank */
+	__shared__ uint32_t s_round;
+	const uint64_t t_start = global_ns();
+	if (tid == 0)
+		s_round = *ARENA(d, const uint32_t, o_round) + 1; /* the last block stores it */
+	for (uint32_t i = tid; i < NP; i += bd) {
+		int64_t e = load_idx(idx, idx_bytes, i);
+		s_x[i] = e >= 0 && e < (int64_t)E ? (int32_t)e : -1;
+	}
+	for (uint32_t i = tid; i < 4 * E; i += bd)
+		c_all[i] = 0;
+	__syncthreads();
+	const uint32_t round = s_round;
+	if (b == 0 && tid == 0 && d.trace) { /* this round's slot: stale stamps of an older round out first */
+		uint64_t *tr = ARENA(d, uint64_t, o_trace) + (uint64_t)(round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N * 2;
+		for (uint32_t i = 0; i < 2 * KT_N; i++)
+			tr[i] = 0;
+		tr[2 * KT_ROUND] = round;
+		tr[2 * KT_ROUTE] = t_start;
+	}
+	const uint32_t t = b - 1; /* this block's token (b > 0) */
+	for (uint32_t i = tid; i < NP; i += bd) {
+		const int32_t e = s_x[i];
+		if (e < 0)
+			continue;
+		const uint32_t tt = i / K, k = i - tt * K, dd = (uint32_t)e / L;
+		bool lead = true;
+		for (uint32_t k2 = 0; k2 < k; k2++) {
+			const int32_t e2 = s_x[tt * K + k2];
+			if (e2 >= 0 && (uint32_t)e2 / L == dd) {
+				lead = false;
+				break;
+			}
+		}
+		atomicAdd(&c_all[e], 1u);
+		if (lead)
+			atomicAdd(&l_all[e], 1u);
+		if (b > 0 && tt < t) {
+			atomicAdd(&c_bef[e], 1u);
+			if (lead)
+				atomicAdd(&l_bef[e], 1u);
+		}
+	}
+	__syncthreads();
+	if (b > 0) {
+		/* a warp per slot of token t */
+		for (uint32_t k = w; k < K; k += NW) {
+			const uint64_t s = (uint64_t)t * K + k;
+			const int32_t e = s_x[s];
+			if (e < 0) { /* as the walk leaves an empty slot */
+				if (lane == 0) {
+					tok.rec[k] = -1;
+					tok.e[k] = 0;
+					tok.lead[k] = 0;
+					tok.j[k] = tok.pb[k] = 0;
+					ARENA(d, int32_t, o_rec)[s] = -1;
+					ARENA(d, uint8_t, o_lead)[s] = 0;
+					ARENA(d, uint8_t, o_q)[s] = 0;
+					ARENA(d, uint32_t, o_j)[s] = 0;
+					ARENA(d, uint32_t, o_pb)[s] = 0;
+					ARENA(d, int32_t, o_tcomb)[s] = -1;
+				}
+				continue;
+			}
+			const uint32_t dd = (uint32_t)e / L, lo = dd * L;
+			uint32_t so = 0, cbo = 0, br = 0, bp = 0;
+			for (uint32_t x = lane; x < lo; x += 32) {
+				so += l_all[x];
+				cbo += c_all[x];
+			}
+			for (uint32_t x = lo + lane; x < lo + L; x += 32) {
+				br += l_bef[x];
+				bp += c_bef[x];
+			}
+#pragma unroll
+			for (int off = 16; off; off >>= 1) {
+				so += __shfl_xor_sync(0xffffffffu, so, off);
+				cbo += __shfl_xor_sync(0xffffffffu, cbo, off);
+				br += __shfl_xor_sync(0xffffffffu, br, off);
+				bp += __shfl_xor_sync(0xffffffffu, bp, off);
+			}
+			if (lane == 0) {
+				uint32_t q = 0, jj = 0;
+				for (uint32_t k2 = 0; k2 < k; k2++) {
+					const int32_t e2 = s_x[(uint64_t)t * K + k2];
+					if (e2 < 0)
+						continue;
+					q += (uint32_t)e2 / L == dd;
+					jj += e2 == e;
+				}
+				const uint32_t j = c_bef[e] + jj;
+				tok.rec[k] = (int32_t)(so + br);
+				tok.e[k] = (uint32_t)e;
+				tok.lead[k] = q == 0;
+				tok.j[k] = j;
+				tok.pb[k] = bp;
+				ARENA(d, int32_t, o_rec)[s] = (int32_t)(so + br);
+				ARENA(d, uint8_t, o_lead)[s] = q == 0;
+				ARENA(d, uint8_t, o_q)[s] = (uint8_t)q;
+				ARENA(d, uint32_t, o_j)[s] = j;
+				ARENA(d, uint32_t, o_pb)[s] = bp;
+				ARENA(d, int32_t, o_tcomb)[s] = (int32_t)(cbo + bp + q);
+			}
+		}
+	} else {
+		/* the route vector: ours, the proxy's (pinned host), same-host ranks' */
+		for (uint32_t r = w; r < W; r += NW) {
+			uint32_t rr = 0, rp = 0;
+			for (uint32_t x = r * L + lane; x < (r + 1) * L; x += 32) {
+				rr += l_all[x];
+				rp += c_all[x];
+			}
+#pragma unroll
+			for (int off = 16; off; off >>= 1) {
+				rr += __shfl_xor_sync(0xffffffffu, rr, off);
+				rp += __shfl_xor_sync(0xffffffffu, rp, off);
+			}
+			if (lane == 0) {
+				r_rec[r] = rr;
+				r_pair[r] = rp;
+			}
+		}
+		__syncthreads();
+		const uint32_t RV = d.RV, par = round & 1u;
+		for (uint32_t dst = 0; dst <= W; dst++) {
+			uint32_t *out;
+			if (dst == W) {
+				if (!d.n_remote)
+					continue;
+				out = d.rv_host + (uint64_t)par * RV;
+			} else {
+				if (!same_host(d, dst))
+					continue;
+				out = (uint32_t *)(peer_arena(d, dst) + d.o_route) + ((uint64_t)par * W + d.me) * RV;
+			}
+			for (uint32_t i = tid; i < RV; i += bd)
+				out[i] = i < E ? c_all[i] : i < E + W ? r_rec[i - E] : i < E + 2 * W ? r_pair[i - E - W]
+					: i == E + 2 * W ? round : i == E + 2 * W + 1 ? n : 0u;
+		}
+	}
+	__syncthreads(); /* tok complete */
+	return round;
+}
+
+/* The last block's part: the round is stored, the proxy told. */
+__device__ __forceinline__ void route_wide_done(const moe_dev &d, uint32_t round)
+{
+	if (threadIdx.x == 0) {
+		*ARENA(d, uint32_t, o_round) = round;
+		fence_peers(d);
+		st_ctl(d, &d.ctl->k_route, round);
+		trace_at(d, round, KT_ROUTE, 1);
+	}
+	__syncthreads();
+}
+
+__global__ void __launch_bounds__(ROUTE_WIDE_THREADS) moe_route_wide_kernel(moe_dev d, uint32_t n, const void *idx,
+									    int idx_bytes, uint32_t wait_after)
+{
+	extern __shared__ uint32_t sm[];
+	__shared__ tok_route tok;
+	const uint32_t round = route_wide(d, n, idx, idx_bytes, sm, tok);
+	if (!last_block(d, CNT_ROUTE))
+		return;
+	route_wide_done(d, round);
+	if (wait_after < WP_N && threadIdx.x < 32)
+		wait_flags(d, wait_after, round); /* lets the pack kernel launch once it is over */
+	else if (wait_after >= WP_N)
+		pdl_let_next_launch();
+}
+
 /* ------------------------------------------------------------------ pack */
 
 /* Stages token t's payload (and scales) in shared memory: as given, or
@@ -385,6 +595,54 @@ __device__ void stage_token(const moe_dev &d, uint8_t *buf, uint32_t t, const ui
 	}
 }
 
+/* Our records of the round are in the send buffer: every same-host rank
+ * may read them (one thread). */
+__device__ __forceinline__ void raise_ready(const moe_dev &d, uint32_t round)
+{
+	for (uint32_t r = 0; r < d.W; r++)
+		if (r != d.me && same_host(d, r))
+			st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
+	trace_at(d, round, KT_PACK, 1);
+}
+
+/* Token t's records of one pass into the send buffer (pass 0: remote
+ * destinations, 1: same-host), from its routing in shared memory and its
+ * staged payload in buf; block-collective. */
+__device__ void pack_records(const moe_dev &d, uint32_t t, uint32_t n, const uint8_t *buf, const int32_t *s_rec,
+			     const uint8_t *s_lead, const uint32_t *s_e, const uint32_t *s_j, const uint32_t *s_pb,
+			     uint32_t round, uint32_t *s_meta, int pass)
+{
+	const uint32_t K = d.K, L = d.L;
+	for (uint32_t k = 0; t < n && k < K; k++) {
+		if (!s_lead[k])
+			continue;
+		uint32_t dd = s_e[k] / L;
+		if (same_host(d, dd) == (pass == 0))
+			continue;
+		uint8_t *rec = d.send + (uint64_t)s_rec[k] * d.RB;
+		copy16_from_smem(rec, buf, d.PB + d.SB);
+		if (threadIdx.x == 0) {
+			uint32_t np = 0;
+			for (uint32_t k2 = k; k2 < K; k2++) {
+				if (s_rec[k2] != s_rec[k])
+					continue;
+				s_meta[4 + 2 * np] = k2 | ((s_e[k2] - dd * L) << 16);
+				s_meta[5 + 2 * np] = s_j[k2];
+				np++;
+			}
+			s_meta[0] = t;
+			s_meta[1] = np;
+			s_meta[2] = s_pb[k];
+			s_meta[3] = round;
+		}
+		__syncthreads();
+		uint32_t *meta = (uint32_t *)(rec + d.PB + d.SB);
+		for (uint32_t i = threadIdx.x; i < 4 + 2 * s_meta[1]; i += blockDim.x)
+			meta[i] = s_meta[i];
+		__syncthreads();
+	}
+}
+
 __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
 				const void *idx, int idx_bytes)
 {
@@ -396,7 +654,7 @@ __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, c
 	__shared__ int32_t s_rec[XFER_MOE_TOPK_MAX];
 	__shared__ uint32_t s_e[XFER_MOE_TOPK_MAX], s_j[XFER_MOE_TOPK_MAX], s_pb[XFER_MOE_TOPK_MAX];
 	__shared__ uint8_t s_lead[XFER_MOE_TOPK_MAX];
-	const uint32_t t = blockIdx.x, K = d.K, L = d.L;
+	const uint32_t t = blockIdx.x, K = d.K;
 	pdl_wait();
 	const uint32_t round = *ARENA(d, const uint32_t, o_round);
 	trace_start(d, round, KT_PACK);
@@ -413,43 +671,59 @@ __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, c
 		stage_token(d, buf, t, x, xs, quant);
 	__syncthreads();
 	for (int pass = 0; pass < 2; pass++) { /* remote destinations first */
-		for (uint32_t k = 0; t < n && k < K; k++) {
-			if (!s_lead[k])
-				continue;
-			uint32_t dd = s_e[k] / L;
-			if (same_host(d, dd) == (pass == 0))
-				continue;
-			uint8_t *rec = d.send + (uint64_t)s_rec[k] * d.RB;
-			copy16_from_smem(rec, buf, d.PB + d.SB);
-			if (threadIdx.x == 0) {
-				uint32_t np = 0;
-				for (uint32_t k2 = k; k2 < K; k2++) {
-					if (s_rec[k2] != s_rec[k])
-						continue;
-					s_meta[4 + 2 * np] = k2 | ((s_e[k2] - dd * L) << 16);
-					s_meta[5 + 2 * np] = s_j[k2];
-					np++;
-				}
-				s_meta[0] = t;
-				s_meta[1] = np;
-				s_meta[2] = s_pb[k];
-				s_meta[3] = round;
-			}
-			__syncthreads();
-			uint32_t *meta = (uint32_t *)(rec + d.PB + d.SB);
-			for (uint32_t i = threadIdx.x; i < 4 + 2 * s_meta[1]; i += blockDim.x)
-				meta[i] = s_meta[i];
-			__syncthreads();
-		}
+		pack_records(d, t, n, buf, s_rec, s_lead, s_e, s_j, s_pb, round, s_meta, pass);
 		/* the proxy posts the remote ones (it looks only with remote ranks) */
 		if (pass == 0 && d.n_remote && last_block(d, CNT_PACK_REMOTE) && threadIdx.x == 0)
 			st_release_sys(&d.ctl->k_packed, round);
 	}
-	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0) {
-		for (uint32_t r = 0; r < d.W; r++)
-			if (r != d.me && same_host(d, r))
-				st_release_peer(d, (uint32_t *)(peer_arena(d, r) + d.o_ready) + d.me, 1u);
-		trace_at(d, round, KT_PACK, 1);
+	if (last_block(d, CNT_PACK_ALL) && threadIdx.x == 0)
+		raise_ready(d, round);
+}
+
+/*
+ * Route and pack in one kernel (few tokens, kernel waits, no remote ranks:
+ * the default for decode on one host): a block per token as in
+ * moe_route_wide_kernel, which then stages and writes its token's records
+ * itself: a launch, its gap and the pack's reloads of the routing fewer.
+ * The send wait (our records of the round before read by every same-host
+ * rank) is each block's before it writes the send buffer; the flags are
+ * lowered by the last block, before it raises the ready flags (so no peer
+ * can raise them again for the next round before they are lowered). Trace:
+ * route ends and the wait is stamped when block 0 passes them.
+ */
+__global__ void __launch_bounds__(1024) moe_route_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x,
+							     const float *xs, int quant, const void *idx,
+							     int idx_bytes)
+{
+	extern __shared__ uint4 smem4[];
+	uint8_t *buf = (uint8_t *)smem4;                            /* the token, d.PB + d.SB bytes */
+	uint32_t *sm = (uint32_t *)(buf + ((d.PB + d.SB + 15u) & ~15u)); /* route_wide's counts */
+	__shared__ tok_route tok;
+	__shared__ uint32_t s_meta[4 + 2 * XFER_MOE_TOPK_MAX];
+	const uint32_t b = blockIdx.x, t = b - 1;
+	const uint32_t round = route_wide(d, n, idx, idx_bytes, sm, tok);
+	if (b == 0 && threadIdx.x == 0)
+		trace_at(d, round, KT_ROUTE, 1);
+	if (b > 0 && t < n)
+		stage_token(d, buf, t, x, xs, quant);
+	if (threadIdx.x < 32)
+		wait_flags(d, WP_SEND, round, false, b == 0);
+	__syncthreads();
+	if (b == 0 && threadIdx.x == 0)
+		trace_at(d, round, KT_PACK, 0);
+	if (b > 0)
+		for (int pass = 0; pass < 2; pass++)
+			pack_records(d, t, n, buf, tok.rec, tok.lead, tok.e, tok.j, tok.pb, round, s_meta, pass);
+	if (!last_block(d, CNT_ROUTE))
+		return;
+	if (threadIdx.x == 0) {
+		const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)WP_SEND * (d.W + 1);
+		for (uint32_t f = 0; f < d.wait_n[WP_SEND]; f++)
+			*(volatile uint32_t *)flags[f] = 0u;
+		*ARENA(d, uint32_t, o_round) = round;
+		fence_peers(d);
+		st_ctl(d, &d.ctl->k_route, round);
+		raise_ready(d, round);
 	}
 }
 

@@ -6,6 +6,11 @@
 
 __global__ void moe_wait_kernel(moe_dev d, uint32_t wp);
 __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes, uint32_t wait_after);
+__global__ void __launch_bounds__(ROUTE_WIDE_THREADS) moe_route_wide_kernel(moe_dev d, uint32_t n, const void *idx,
+									    int idx_bytes, uint32_t wait_after);
+__global__ void __launch_bounds__(1024) moe_route_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x,
+							     const float *xs, int quant, const void *idx,
+							     int idx_bytes);
 __global__ void __launch_bounds__(1024) moe_pack_kernel(moe_dev d, uint32_t n, const uint8_t *x, const float *xs, int quant,
 				const void *idx, int idx_bytes);
 __global__ void moe_plan_kernel(moe_dev d, int32_t *counts, int32_t *offsets, uint32_t wait_before);
