@@ -27,28 +27,8 @@
 #                  verified; staged: gathers and landings by kernel, polled)
 set -uo pipefail
 out=${1:-${OUT:?usage: scripts/device-gpu3.sh OUT_DIR (or \$OUT set)}}
-mkdir -p "$out"
-chmod +x build/bin/* 2>/dev/null
-export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-[ -d .devlibs ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$PWD/.devlibs
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export XFER_LOG_LEVEL=info # the library says whether the kernels loaded; the trace summary is info
-fails=0
-step() { # name, timeout, command...
-	local name=$1 t=$2
-	shift 2
-	local t0=$SECONDS
-	{ echo "\$ $*"; timeout "$t" "$@"; } >"$out/$name.log" 2>&1
-	local rc=$?
-	echo "$name: rc=$rc in $((SECONDS - t0)) s$([ $rc -eq 77 ] && echo ' (skipped: no GPU)')" | tee -a "$out/steps.log"
-	[ $rc -ne 0 ] && [ $rc -ne 77 ] && fails=$((fails + 1))
-	return 0
-}
-{
-	nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv,noheader
-	ls -l build/gen/pages.fatbin 2>&1
-	git rev-parse HEAD 2>&1
-} >"$out/env.log" 2>&1
+. "$(dirname "$0")/device-gpu-lib.sh"
+git rev-parse HEAD >>"$out/env.log" 2>&1
 B=build/bin/xfer-gpu-bench
 OLD="XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0" # main's behaviour: one launch per call, singles by copy engine
 # Repeats: one run's ratios move by up to ~0.2 between runs of one setting.
