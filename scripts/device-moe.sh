@@ -34,7 +34,7 @@ set -uo pipefail
 out=${1:?usage: scripts/device-moe.sh OUT_DIR [figures|full|diag|moe4]}
 ORDER=${2:-${ORDER:-figures}}
 [ "$ORDER" = diag ] && BUDGET=${BUDGET:-140}
-[ "$ORDER" = moe4 ] && BUDGET=${BUDGET:-75} # a step starts while under it: ~90 s in all
+[ "$ORDER" = moe4 ] && BUDGET=${BUDGET:-150} # a step starts while under it: ~140 s in all (every step ~10-20 s)
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_LIBRARY=$PWD/build/libxfer_moe_cuda.so
@@ -157,9 +157,9 @@ if [ "$ORDER" = diag ]; then
 	step bench-decode-ipc-sm50 20 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--sm-percent 50 --json "$out/bench-decode-ipc-sm50.json"
 elif [ "$ORDER" = moe4 ]; then
-	# Branch moe4 (about 90 s): the decode figure with this build's defaults (the route kernel a block
-	# per token, programmatic dependent launch on), is it right with them (2 and 4 ranks, a graph, the
-	# engine path), a rank killed by SIGKILL mid-round (same-host and engine path: the others must fail
+	# Branch moe4 (about 140 s; BUDGET=150 reaches the A/Bs): the decode figure with this build's defaults
+	# (the route kernel a block per token, programmatic dependent launch on), is it right with them (2 and 4
+	# ranks, a graph, the engine path with 2 and 4 ranks), a rank killed by SIGKILL mid-round (same-host and engine path: the others must fail
 	# naming it within the 3 s deadline, never hang), then the A/B of each default against the old way.
 	step bench-decode-ipc 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--json "$out/bench-decode-ipc.json"
@@ -168,6 +168,7 @@ elif [ "$ORDER" = moe4 ]; then
 	step gpu-4-ipc 25 $py $t --world 4 --device "$dev" --mode ipc --rounds 8 --variants fp8-split
 	[ "$dev" = cuda ] && step gpu-2-graph-ipc 20 $py $t --world 2 --device cuda --mode ipc --check graph
 	step gpu-2-engine 25 $py $t --world 2 --device "$dev" --mode engine --rounds 4
+	step gpu-4-engine 30 $py $t --world 4 --device "$dev" --mode engine --rounds 6 --layout packed --variants fp8
 	step gpu-2-kill-engine 30 $py $t --world 2 --device "$dev" --mode engine --check dead --sigkill --timeout-ms 3000
 	step bench-decode-ipc-nopdl 20 env XFER_MOE_PDL=0 $py $b --device "$dev" --shape decode --world 2 --mode ipc \
 		--iters $iters --trace
