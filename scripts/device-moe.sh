@@ -35,44 +35,19 @@ out=${1:?usage: scripts/device-moe.sh OUT_DIR [figures|full|diag|moe4]}
 ORDER=${2:-${ORDER:-figures}}
 [ "$ORDER" = diag ] && BUDGET=${BUDGET:-140}
 [ "$ORDER" = moe4 ] && BUDGET=${BUDGET:-150} # a step starts while under it: ~140 s in all (every step ~10-20 s)
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so XFER_MOE_CUDA_LIBRARY=$PWD/build/libxfer_moe_cuda.so
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+BUDGET=${BUDGET:-80}
+[ "$ORDER" = diag ] && STEP_FIT=1 # a step starts only if its timeout still fits
+. "$(dirname "$0")/device-lib.sh" # the environment, step NAME TIMEOUT COMMAND..., OUT/summary.txt
+export XFER_MOE_CUDA_LIBRARY=$PWD/build/libxfer_moe_cuda.so PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 dev=${DEVICE:-cuda}
-budget=${BUDGET:-80}
 iters=${ITERS:-1000}
 pf=""
 if [ "$dev" = cpu ]; then # a dry run: few rounds, a small prefill
 	iters=${ITERS:-20}
 	pf="--max-tokens 64"
 fi
-fails=0
-skipped=0
-start=$SECONDS
-: >"$out/summary.txt"
-note() { echo "$*" | tee -a "$out/summary.txt"; }
-step() { # name, timeout (s), command...
-	local name=$1 limit=$(($2 * ${TSCALE:-1}))
-	shift 2
-	if [ $((SECONDS - start)) -ge "$budget" ] ||
-		{ [ "$ORDER" = diag ] && [ $((SECONDS - start + limit)) -gt "$budget" ]; }; then
-		note "$name: skipped (the ${budget} s budget is spent)"
-		skipped=$((skipped + 1))
-		return 0
-	fi
-	local t0=$SECONDS
-	echo "# $(date -u +%T) $*" >"$out/$name.log"
-	timeout -k 10 "$limit" "$@" >>"$out/$name.log" 2>&1
-	local rc=$?
-	note "$name: rc=$rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ' (timed out)')"
-	if [ $rc -ne 0 ]; then
-		fails=$((fails + 1))
-		tail -n 30 "$out/$name.log" | sed "s/^/    $name| /"
-	fi
-	return $rc
-}
+note() { step_note "$@"; }
 
 # ------------------------------------------------------------------ MPS
 mps=off
@@ -229,5 +204,5 @@ else
 	fi
 	step gpu-4-mixed 60 $py $t --world 4 --device "$dev" --mode mixed --rounds 8 --variants fp8-split
 fi
-note "device-moe: $fails step(s) failed, $skipped skipped, $((SECONDS - start)) s, mps $mps"
+note "device-moe: $fails step(s) failed, $skipped skipped, $((SECONDS - step_start)) s, mps $mps"
 exit $((fails > 0))
