@@ -134,8 +134,9 @@ if [ "$ORDER" = diag ]; then
 elif [ "$ORDER" = moe4 ]; then
 	# Branch moe4 (about 140 s; BUDGET=150 reaches the A/Bs): the decode figure with this build's defaults
 	# (the route kernel a block per token, programmatic dependent launch on), is it right with them (2 and 4
-	# ranks, a graph, the engine path with 2 and 4 ranks), a rank killed by SIGKILL mid-round (same-host and engine path: the others must fail
-	# naming it within the 3 s deadline, never hang), then the A/B of each default against the old way.
+	# ranks, a graph, the engine path with 2 and 4 ranks), a rank killed by SIGKILL mid-round (same-host
+	# and engine path: the others must fail naming it within the 3 s deadline, never hang), then the A/B
+	# of each default against the old way.
 	step bench-decode-ipc 25 $py $b --device "$dev" --shape decode --world 2 --mode ipc --iters $iters --trace \
 		--json "$out/bench-decode-ipc.json"
 	step gpu-2-ipc 25 $py $t --world 2 --device "$dev" --mode ipc --rounds 12 --variants fp8-split

@@ -224,11 +224,13 @@ __device__ __forceinline__ void route_finish(const moe_dev &d, const uint32_t *s
  * proxy's pinned host copy (with remote ranks; it scatters it) and each
  * same-host rank's route table (IPC), in the slot of this round's parity.
  * Ours is among them (we are a same-host rank of ourselves): the plan
- * kernel reads every source from its own table. Block-collective; both
- * route kernels end their counting with it.
+ * kernel reads every same-host source, this rank included, from its own
+ * table (remote ones from the host copy the proxy received). Block-
+ * collective; both route kernels end their counting with it.
  */
-__device__ __forceinline__ void publish_route_vector(const moe_dev &d, uint32_t round, uint32_t n, const uint32_t *per_expert,
-				     const uint32_t *rank_records, const uint32_t *rank_pairs)
+__device__ __forceinline__ void publish_route_vector(const moe_dev &d, uint32_t round, uint32_t n,
+						     const uint32_t *per_expert, const uint32_t *rank_records,
+						     const uint32_t *rank_pairs)
 {
 	const uint32_t E = d.E, W = d.W, RV = d.RV, par = round & 1u;
 	for (uint32_t dst = 0; dst <= W; dst++) {
@@ -243,8 +245,9 @@ __device__ __forceinline__ void publish_route_vector(const moe_dev &d, uint32_t 
 			out = (uint32_t *)(peer_arena(d, dst) + d.o_route) + ((uint64_t)par * W + d.me) * RV;
 		}
 		for (uint32_t i = threadIdx.x; i < RV; i += blockDim.x)
-			out[i] = i < E ? per_expert[i] : i < E + W ? rank_records[i - E] : i < E + 2 * W ? rank_pairs[i - E - W]
-				: i == moe_rv_stamp(E, W) ? round : i == moe_rv_ntok(E, W) ? n : 0u;
+			out[i] = i < E ? per_expert[i] : i < E + W ? rank_records[i - E]
+				: i < E + 2 * W ? rank_pairs[i - E - W] : i == moe_rv_stamp(E, W) ? round
+				: i == moe_rv_ntok(E, W) ? n : 0u;
 	}
 }
 
