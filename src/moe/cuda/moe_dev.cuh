@@ -72,9 +72,10 @@ struct moe_dev {
 
 /*
  * 32-bit flag loads and stores of a given ordering and scope, one PTX
- * instruction each: ld_<sem>_<scope> and st_<sem>_<scope>. Only the pairs
- * below are used; the memory clobber keeps the compiler from moving other
- * accesses across them.
+ * instruction each, made by the two macros below: ld_acquire_sys,
+ * ld_acquire_gpu, ld_relaxed_sys, st_release_sys, st_release_gpu,
+ * st_relaxed_sys (the only ones used). The memory clobber keeps the
+ * compiler from moving other accesses across them.
  */
 #define MOE_FLAG_LOAD(sem, scope)                                                                  \
 	__device__ __forceinline__ uint32_t ld_##sem##_##scope(const volatile uint32_t *p)         \
@@ -195,7 +196,7 @@ __device__ __forceinline__ void trace_at(const moe_dev &d, uint32_t round, uint3
 			global_ns();
 }
 
-/* The route kernel opens round's trace slot (one thread): the stamps of the
+/* The route kernel opens the round's trace slot (one thread): the stamps of the
  * older round that used the slot out first, then the round number and the
  * route kernel's start, taken when its block began (t_start). */
 __device__ __forceinline__ void trace_begin_round(const moe_dev &d, uint32_t round, uint64_t t_start)
