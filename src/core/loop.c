@@ -16,6 +16,7 @@
 #include "core/notice.h"
 #include "core/op.h"
 #include "core/path.h"
+#include "core/subq.h"
 #include "core/rx.h"
 #include "core/telemetry.h"
 #include "core/tx.h"
@@ -90,7 +91,7 @@ static int take_submissions(struct worker *w)
 	struct sub s;
 	/* Take no more than can be held: a free op for every submission, and no
 	 * completion waiting for the application to reap (core/deliver.c). */
-	while (n < TAKE_MAX && w->free_ops && !xi_deliver_backlog(w) && xi_mpmc_pop(&w->e->subq, &s)) {
+	while (n < TAKE_MAX && w->free_ops && !xi_deliver_backlog(w) && xi_subq_pop(&w->e->subq, &s)) {
 		handle_sub(w, &s);
 		n++;
 	}
@@ -294,7 +295,7 @@ void xi_worker_quiesce(struct worker *w, int status)
 	xfer_engine_t *e = w->e;
 	struct sub s;
 	bool drained;
-	while (xi_mpmc_pop(&e->subq, &s)) {
+	while (xi_subq_pop(&e->subq, &s)) {
 		if (s.kind == SUB_CALL) {
 			xi_call_refuse(s.u.call);
 			continue;
