@@ -30,11 +30,12 @@
 #   10,000; XFER_HOST_TP_SECONDS x XFER_HOST_TP_ROUNDS, 0.6 s x 5) in
 #   busy-poll and default mode
 #  pp (about 40 s): the ping-pongs alone, 7 rounds, busy / no watch / default
-#  reps (about 220 s): XFER_HOST_REPS (3) repetitions, each a new pair of
-#   processes: the ping-pongs (imm, send 1K; 0.4 s x 5 rounds) busy and
+#  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
+#   throughput step ~10 s): XFER_HOST_REPS (3) repetitions, each a new pair
+#   of processes: the ping-pongs (imm, send 1K; 0.4 s x 7 rounds) busy and
 #   default on shm and tcp; then the throughput rows that missed before
-#   (shm single 1M/16M, tcp single 1K/64K/1M, paged 1K/4K x 10,000; 0.4 s x
-#   5 rounds) busy-poll only. Within a run raw and xfer take turns each
+#   (shm single 1M/16M, tcp single 1K/64K/1M, paged 1K/4K x 10,000; 0.5 s x
+#   5 rounds) busy and default. Within a run raw and xfer take turns each
 #   round (the median round is shown); table.txt has the median of the
 #   repetitions' ratios and their range (min..max), so that a miss is told
 #   from the noise between runs.
@@ -139,16 +140,18 @@ if [ "$plan" = reps ]; then
 	reps=${XFER_HOST_REPS:-3}
 	for r in $(seq 1 "$reps"); do
 		for prov in shm tcp; do
-			rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-busy-pp$r on - $pp
-			rounds=${XFER_HOST_PP_ROUNDS:-5} rows_of $prov-default-pp$r off - $pp
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp$r on - $pp
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp$r off - $pp
 		done
 	done
 	tp_tcp="--op single,paged --size 1K,64K,1M --page-size 1K,4K --pages 10000"
 	tp_shm="--op single --size 1M,16M"
-	tps=${XFER_HOST_TP_SECONDS:-0.4} tpr=${XFER_HOST_TP_ROUNDS:-5}
+	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
 	for r in $(seq 1 "$reps"); do
 		secs=$tps rounds=$tpr rows_of shm-busy-tp$r on - $tp_shm
 		secs=$tps rounds=$tpr rows_of tcp-busy-tp$r on - $tp_tcp
+		secs=$tps rounds=$tpr rows_of shm-default-tp$r off - $tp_shm
+		secs=$tps rounds=$tpr rows_of tcp-default-tp$r off - $tp_tcp
 	done
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
 	cat "$out/table.txt"
