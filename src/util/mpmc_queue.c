@@ -29,8 +29,14 @@ int xi_mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size)
 	q->mask = cap - 1;
 	q->elem_size = elem_size;
 	q->cell_stride = (sizeof(struct cell_head) + elem_size + 7) & ~(size_t)7;
+	/* No cell straddles two lines: a small one takes a power of two (a
+	 * 16-byte completion's 24-byte cell would cross a line in every third
+	 * cell), a large one whole lines. */
 	if (q->cell_stride > XFER_CACHELINE)
 		q->cell_stride = (q->cell_stride + XFER_CACHELINE - 1) & ~(size_t)(XFER_CACHELINE - 1);
+	else
+		while (XFER_CACHELINE % q->cell_stride)
+			q->cell_stride += 8;
 	q->cells = aligned_alloc(XFER_CACHELINE,
 				 (cap * q->cell_stride + XFER_CACHELINE - 1) & ~(size_t)(XFER_CACHELINE - 1));
 	if (!q->cells)

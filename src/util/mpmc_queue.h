@@ -21,8 +21,8 @@ struct mpmc_queue {
 	unsigned char *cells;
 };
 
-/* capacity is rounded up to a power of two. A cell larger than a cache line
- * starts on one, so that an element written short (xi_mpmc_claim) keeps its
+/* capacity is rounded up to a power of two. No cell straddles two cache
+ * lines; a cell larger than a line starts on one, so that an element written short (xi_mpmc_claim) keeps its
  * first bytes on the line that carries the cell's sequence number. */
 int xi_mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size);
 void xi_mpmc_destroy(struct mpmc_queue *q);
