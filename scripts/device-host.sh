@@ -31,7 +31,10 @@
 #   busy-poll and default mode
 #  pp (about 40 s): the ping-pongs alone, 7 rounds, busy / no watch / default
 #  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
-#   throughput step ~10 s): XFER_HOST_REPS (3) repetitions, each a new pair
+#   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
+#   the submission queue's round trip between CPUs 0 and 1, the whole
+#   184-byte struct against the packed cells, in turns; handoff.log); then
+#   XFER_HOST_REPS (3) repetitions, each a new pair
 #   of processes: the ping-pongs (imm, send 1K; 0.4 s x 7 rounds) busy and
 #   default on shm and tcp; then the throughput rows that missed before
 #   (shm single 1M/16M, tcp single 1K/64K/1M, paged 1K/4K x 10,000; 0.5 s x
@@ -136,12 +139,17 @@ if [ "$plan" = pp ]; then
 	exit $((fails > 0))
 fi
 if [ "$plan" = reps ]; then
+	# The submission hand-off alone, whole struct against packed cells, on
+	# the CPUs of the initiator's application and worker (about 5 s).
+	[ -x "$build/bin/xfer-bench-handoff" ] &&
+		step handoff 30 "$build/bin/xfer-bench-handoff" 0 1 200000 7
 	pp="--op imm,send --size 1K"
 	reps=${XFER_HOST_REPS:-3}
 	for r in $(seq 1 "$reps"); do
 		for prov in shm tcp; do
 			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp$r on - $pp
 			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp$r off - $pp
+			[ $prov = shm ] && rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of shm-nowatch-pp$r on XFER_REPLY_WATCH_NS=0 $pp
 		done
 	done
 	tp_tcp="--op single,paged --size 1K,64K,1M --page-size 1K,4K --pages 10000"
@@ -154,6 +162,7 @@ if [ "$plan" = reps ]; then
 		secs=$tps rounds=$tpr rows_of tcp-default-tp$r off - $tp_tcp
 	done
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	grep -h '^handoff:' "$out/handoff.log" >>"$out/table.txt" 2>/dev/null
 	cat "$out/table.txt"
 	echo "device-host: $fails step(s) failed"
 	exit $((fails > 0))
