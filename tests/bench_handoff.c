@@ -1,10 +1,14 @@
-/* The submission hand-off alone, between two pinned threads: thread A pushes
- * an immediate's submission, thread B (standing in for the worker) takes it
- * and answers with a completion, A takes that: one round trip through the
- * two queues, no provider. Measured both ways in the same run, in turns:
- * "whole", the 184-byte struct sub copied into a 192-byte cell (the queue
- * before src/core/subq.c), and "packed" (xi_subq_push/pop). Prints p10/p50/
- * p90 of the round trip per way and the packed/whole ratio of the medians.
+/* The submission hand-off alone, between two pinned threads: thread A does
+ * what xfer_write_imm does to shared memory (counts the op in its peer's
+ * `taken`, pushes the submission), thread B (standing in for the worker)
+ * takes it, reads the peer's state as a post does, and answers with a
+ * completion, A takes that: one round trip, no provider. Four ways in the
+ * same run, in turns: the cell "whole" (the 184-byte struct sub in a
+ * 192-byte cell, the queue before src/core/subq.c) or "packed"
+ * (xi_subq_push/pop), and the peer's counter on the state's line ("shared":
+ * struct xi_inflight before it had padding on both sides) or on a line of
+ * its own ("own": struct peer now). Prints p10/p50/p90 of the round trip
+ * per way and each way's median against whole+shared (the engine before).
  *
  *   xfer-bench-handoff [CPU_A CPU_B [ROUND_TRIPS [TURNS]]]  (default 0 1 200000 5)
  */
@@ -18,8 +22,28 @@
 #include "core/subq.h"
 
 static struct mpmc_queue sq, cq;
-static int packed, trips;
+static int packed, own, trips;
 static int cpu_b;
+
+/* The peer's first bytes as they were: state, then the submitters' half. */
+struct old_peer {
+	_Atomic int state;
+	atomic_uint taken;
+	char pad_[64];
+	atomic_uint dropped;
+};
+static struct old_peer old_peer;
+static struct peer new_peer;
+
+static atomic_uint *taken_of(void)
+{
+	return own ? &new_peer.inflight.taken : &old_peer.taken;
+}
+
+static int state_of(void)
+{
+	return atomic_load_explicit(own ? &new_peer.state : &old_peer.state, memory_order_relaxed);
+}
 
 static uint64_t now_ns(void)
 {
@@ -49,7 +73,7 @@ static void *worker(void *arg)
 		else
 			while (!xi_mpmc_pop(&sq, &s))
 				;
-		struct xfer_cqe c = {.user_data = s.to.user_data, .kind = s.kind};
+		struct xfer_cqe c = {.user_data = s.to.user_data, .kind = s.kind, .res = state_of()};
 		while (!xi_mpmc_push(&cq, &c))
 			;
 	}
@@ -65,7 +89,8 @@ static int cmp_u64(const void *a, const void *b)
 /* One turn of one way: the p50 round trip, ns. */
 static uint64_t turn(int way, uint64_t *lat, uint64_t out[3])
 {
-	packed = way;
+	packed = way & 1;
+	own = (way >> 1) & 1;
 	if (packed ? xi_subq_init(&sq, 4096) : xi_mpmc_init(&sq, 4096, sizeof(struct sub)))
 		exit(1);
 	if (xi_mpmc_init(&cq, 4096, sizeof(struct xfer_cqe)))
@@ -80,6 +105,7 @@ static uint64_t turn(int way, uint64_t *lat, uint64_t out[3])
 		s.to.user_data = (uint64_t)i;
 		s.to.deadline_ns = t0 + 1000000000ull;
 		s.to.t_submit = t0;
+		atomic_fetch_add_explicit(taken_of(), 1, memory_order_relaxed);
 		if (packed)
 			while (!xi_subq_push(&sq, &s))
 				;
@@ -110,25 +136,27 @@ int main(int argc, char **argv)
 		return 2;
 	pin(cpu_a);
 	uint64_t *lat = malloc(sizeof(*lat) * (size_t)trips);
-	uint64_t p50[2][64], q[3];
+	uint64_t p50[4][64], q[3];
+	static const char *names[4] = {"whole+shared", "packed+shared", "whole+own", "packed+own"};
 	if (!lat)
 		return 1;
 	printf("handoff: CPUs %d and %d, %d round trips per turn, %d turns each way\n", cpu_a, cpu_b,
 	       trips, turns);
 	for (int k = 0; k < turns; k++)
-		for (int way = 0; way < 2; way++) {
+		for (int way = 0; way < 4; way++) {
 			p50[way][k] = turn(way, lat, q);
-			printf("  turn %d %-6s round trip p10 %4llu  p50 %4llu  p90 %4llu ns\n", k,
-			       way ? "packed" : "whole", (unsigned long long)q[0], (unsigned long long)q[1],
-			       (unsigned long long)q[2]);
+			printf("  turn %d %-13s round trip p10 %4llu  p50 %4llu  p90 %4llu ns\n", k, names[way],
+			       (unsigned long long)q[0], (unsigned long long)q[1], (unsigned long long)q[2]);
 		}
-	for (int way = 0; way < 2; way++)
+	for (int way = 0; way < 4; way++)
 		qsort(p50[way], (size_t)turns, sizeof(uint64_t), cmp_u64);
-	uint64_t w = p50[0][turns / 2], p = p50[1][turns / 2];
-	printf("handoff: median of the turns' p50: whole %llu ns, packed %llu ns, packed/whole %.2f, "
-	       "saved %lld ns per round trip\n",
-	       (unsigned long long)w, (unsigned long long)p, w ? (double)p / (double)w : 0.0,
-	       (long long)w - (long long)p);
+	uint64_t base = p50[0][turns / 2];
+	for (int way = 0; way < 4; way++) {
+		uint64_t m = p50[way][turns / 2];
+		printf("handoff: %-13s median p50 %4llu ns, %+5lld ns against whole+shared (%.2fx)\n",
+		       names[way], (unsigned long long)m, (long long)m - (long long)base,
+		       base ? (double)m / (double)base : 0.0);
+	}
 	free(lat);
 	return 0;
 }
