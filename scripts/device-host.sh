@@ -1,45 +1,60 @@
 #!/usr/bin/env bash
 # Issue 15 on the GPU machine's 16 idle cores (it is CPU work: no GPU used).
 # Builds nothing: BUILD and OLD_BUILD are carried folders, each holding
-# bin/xfer-bench and libxfer.so.0 (scripts/host-carry.sh makes them).
+# bin/xfer-bench and libxfer.so.0 (scripts/host-carry.sh makes them; the
+# lead's carried build folder "build" does too).
 #
-#   scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]
-#     BUILD default build; OLD_BUILD default none (the A/B is skipped);
-#     AB_BUILD the A/B's new side (default BUILD), e.g. main right after the
-#     restructure, so that the A/B is about the restructure alone
+#   scripts/device-host.sh OUT_DIR [PLAN] [BUILD [OLD_BUILD [AB_BUILD]]]
+#     PLAN full (default), left, pp or reps (below); XFER_HOST_PLAN is the
+#     same when PLAN is not given. BUILD default build; OLD_BUILD default
+#     none (the A/B of the full plan is skipped); AB_BUILD the A/B's new
+#     side (default BUILD), e.g. main right after the restructure, so that
+#     the A/B is about the restructure alone
 #
-# Steps, most important first, each with its own timeout (about 2 min
-# without OLD_BUILD; on the 16-core H200 host a step took 34-45 s at
-# 0.75 s x 5 rounds, ~20 s at the default 0.4 s x 3):
+# Plans, most important steps first, each step with its own timeout:
+#  full (about 2 min without OLD_BUILD; on the 16-core H200 host a step took
+#   34-45 s at 0.75 s x 5 rounds, ~20 s at the default 0.4 s x 3):
 #   {shm,tcp}-busy, {shm,tcp}-default, ofi-shm-busy, ab-*, ofi-shm-default:
 #       xfer-bench --baseline raw --cpu-pin on
 #       --busy-poll on|off: single 1K/64K/1M/16M (64 in flight), paged
 #       1K/4K/64K x 10,000 pages, imm and send 1K ping-pongs; 0.4 s per row
 #       and side in 3 rounds (JSON in *.json, table and trace in *.log)
-#   table   scripts/host-table.py: the issue's ratios side by side (table.txt)
-# OUT_DIR ends up with table.txt and host-logs.tgz (every log and JSON).
 #   ab-tcp, ab-shm   scripts/bench-ab.sh OLD_BUILD AB_BUILD on the same
 #       rows: old (before the restructure) against the new side, default
 #       mode, unpinned; on shm the old build's shm (libfabric's) against
 #       ofi-shm
-# XFER_HOST_PLAN=left runs instead only what the last full run left
-# (about 110 s on the 16 cores): the ping-pongs (0.4 s x 5 rounds) in
-# busy-poll mode, busy-poll with the worker's reply watch off
-# (XFER_REPLY_WATCH_NS=0: the engine before it, same build) or at 4 us, and
-# the default mode; then the rows that missed (shm single 1M/16M, tcp
-# single 1K/1M, paged 1K/4K x 10,000; XFER_HOST_TP_SECONDS x
-# XFER_HOST_TP_ROUNDS, 0.6 s x 5) in busy-poll and default mode; table.txt
-# has them side by side (scripts/device-host3.sh runs this plan).
-# XFER_HOST_PLAN=pp: the ping-pongs alone, 7 rounds, busy / no watch /
-# default (about 40 s; scripts/device-host3.sh pp).
+#  left (about 110 s): the ping-pongs (0.4 s x 5 rounds) in busy-poll mode,
+#   busy-poll with the worker's reply watch off (XFER_REPLY_WATCH_NS=0: the
+#   engine before it, same build) or at 4 us, and the default mode; then the
+#   rows that missed (shm single 1M/16M, tcp single 1K/1M, paged 1K/4K x
+#   10,000; XFER_HOST_TP_SECONDS x XFER_HOST_TP_ROUNDS, 0.6 s x 5) in
+#   busy-poll and default mode
+#  pp (about 40 s): the ping-pongs alone, 7 rounds, busy / no watch / default
+#  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
+#   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
+#   the submission queue's round trip between CPUs 0 and 1, the whole
+#   184-byte struct against the packed cells, in turns; handoff.log); then
+#   XFER_HOST_REPS (3) repetitions, each a new pair
+#   of processes: the ping-pongs (imm, send 1K; 0.4 s x 7 rounds) busy and
+#   default on shm and tcp; then the throughput rows that missed before
+#   (shm single 1M/16M, tcp single 1K/64K/1M, paged 1K/4K x 10,000; 0.5 s x
+#   5 rounds) busy and default. Within a run raw and xfer take turns each
+#   round (the median round is shown); table.txt has the median of the
+#   repetitions' ratios and their range (min..max), so that a miss is told
+#   from the noise between runs.
+# Every plan: OUT_DIR ends up with table.txt (scripts/host-table.py: the
+# issue's ratios side by side) and host-logs.tgz (every log and JSON).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
-# script stops starting steps after XFER_HOST_BUDGET_S (default 120) and
-# cuts each step's timeout to what is left of it.
+# script stops starting steps after XFER_HOST_BUDGET_S (default 120; 230 for
+# reps) and cuts each step's timeout to what is left of it.
 set -uo pipefail
-out=${1:?usage: scripts/device-host.sh OUT_DIR [BUILD [OLD_BUILD [AB_BUILD]]]}
-build=$(cd "${2:-build}" && pwd) || exit 1
-old=${3:-}
-abnew=$(cd "${4:-$build}" && pwd) || exit 1
+out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps] [BUILD [OLD_BUILD [AB_BUILD]]]}
+shift
+plan=${XFER_HOST_PLAN:-full}
+case "${1:-}" in full | left | pp | reps) plan=$1 && shift ;; esac
+build=$(cd "${1:-build}" && pwd) || exit 1
+old=${2:-}
+abnew=$(cd "${3:-$build}" && pwd) || exit 1
 here=$(cd "$(dirname "$0")" && pwd)
 # Few files come back from the device: OUT_DIR gets table.txt and one
 # archive, host-logs.tgz, of every step's log and JSON (also when stopped).
@@ -57,7 +72,9 @@ chmod +x "$build"/bin/* 2>/dev/null
 export LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 secs=${XFER_HOST_SECONDS:-0.4} rounds=${XFER_HOST_ROUNDS:-3}
 rows="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 1K,4K,64K --pages 10000"
-budget=${XFER_HOST_BUDGET_S:-120}
+budget_default=120
+[ "$plan" = reps ] && budget_default=230
+budget=${XFER_HOST_BUDGET_S:-$budget_default}
 fails=0
 step() { # name, seconds, command...
 	local name=$1 limit=$2
@@ -101,13 +118,13 @@ rows_of() {
 	local name=$1 bp=$2 ev=$3
 	shift 3
 	local prov=${name%%-*} mode=${name#*-}
-	mode=${mode%-*}
-	[ "$ev" = - ] && ev=XFER_HOST_PLAN=left
+	mode=${mode%-*} # PROV-MODE-PART: the part (pp, tp2, ...) is not the label's
+	[ "$ev" = - ] && ev=XFER_HOST_PLAN=$plan
 	step "$name" 60 env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
 		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
 	labels+=("$prov/$mode=$out/$name.log")
 }
-if [ "${XFER_HOST_PLAN:-full}" = pp ]; then
+if [ "$plan" = pp ]; then
 	# Only the ping-pongs, 7 rounds: busy-poll (the watch at its default),
 	# busy-poll without it, default mode (about 40 s).
 	pp="--op imm,send --size 1K"
@@ -121,7 +138,36 @@ if [ "${XFER_HOST_PLAN:-full}" = pp ]; then
 	echo "device-host: $fails step(s) failed"
 	exit $((fails > 0))
 fi
-if [ "${XFER_HOST_PLAN:-full}" = left ]; then
+if [ "$plan" = reps ]; then
+	# The submission hand-off alone, whole struct against packed cells, on
+	# the CPUs of the initiator's application and worker (about 5 s).
+	[ -x "$build/bin/xfer-bench-handoff" ] &&
+		step handoff 30 "$build/bin/xfer-bench-handoff" 0 1 200000 7
+	pp="--op imm,send --size 1K"
+	reps=${XFER_HOST_REPS:-3}
+	for r in $(seq 1 "$reps"); do
+		for prov in shm tcp; do
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp$r on - $pp
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp$r off - $pp
+			[ $prov = shm ] && rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of shm-nowatch-pp$r on XFER_REPLY_WATCH_NS=0 $pp
+		done
+	done
+	tp_tcp="--op single,paged --size 1K,64K,1M --page-size 1K,4K --pages 10000"
+	tp_shm="--op single --size 1M,16M"
+	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
+	for r in $(seq 1 "$reps"); do
+		secs=$tps rounds=$tpr rows_of shm-busy-tp$r on - $tp_shm
+		secs=$tps rounds=$tpr rows_of tcp-busy-tp$r on - $tp_tcp
+		secs=$tps rounds=$tpr rows_of shm-default-tp$r off - $tp_shm
+		secs=$tps rounds=$tpr rows_of tcp-default-tp$r off - $tp_tcp
+	done
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	grep -h '^handoff:' "$out/handoff.log" >>"$out/table.txt" 2>/dev/null
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
+if [ "$plan" = left ]; then
 	# Ping-pongs first, in 5 rounds (their busy/no-watch gap is ~1 us):
 	# the watch at its default (busy), off (nowatch), at 4 us (watch4us).
 	pp="--op imm,send --size 1K"

@@ -13,6 +13,7 @@
 #include "backend/registry.h"
 #include "core/bringup.h"
 #include "core/regions.h"
+#include "core/subq.h"
 #include "core/thread.h"
 #include "gpu/cuda_api.h"
 #include "util/log.h"
@@ -81,7 +82,7 @@ int xfer_engine_create(const struct xfer_attr *attr, xfer_engine_t **out)
 		ret = -ENOMEM;
 		goto fail;
 	}
-	if ((ret = xi_mpmc_init(&e->subq, attr->submit_depth, sizeof(struct sub))))
+	if ((ret = xi_subq_init(&e->subq, attr->submit_depth)))
 		goto fail;
 	if ((ret = xi_mpmc_init(&e->cq, (size_t)attr->max_ops + attr->imm_slots, sizeof(struct xfer_cqe))))
 		goto fail;

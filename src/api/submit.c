@@ -8,6 +8,7 @@
 #include "core/imm_counters.h"
 #include "core/op.h"
 #include "core/path.h"
+#include "core/subq.h"
 #include "util/sys.h"
 
 /* The call's first stamp, or 0 when it is not traced. A trace of one call
@@ -126,7 +127,7 @@ static int submit(xfer_engine_t *e, struct sub *s)
 	/* References are taken before the push so that deregistering or removing
 	 * the peer sees them; the worker drops them when the op finishes. */
 	xi_sub_ref(e, s);
-	bool ok = xi_mpmc_push(&e->subq, s);
+	bool ok = xi_subq_push(&e->subq, s);
 	if (!ok)
 		xi_sub_unref_refused(e, s);
 	atomic_fetch_sub(&e->submitters, 1);

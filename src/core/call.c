@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "core/subq.h"
+
 void xi_engine_kick(xfer_engine_t *e)
 {
 	/* A busy-polling worker never sleeps (core/thread.c), except while it
@@ -30,7 +32,7 @@ int xi_engine_call(xfer_engine_t *e, int (*fn)(xfer_engine_t *, void *), void *a
 		return -ESHUTDOWN;
 	}
 	sem_init(&call.done, 0, 0);
-	while (!xi_mpmc_push(&e->subq, &s)) {
+	while (!xi_subq_push(&e->subq, &s)) {
 		xi_engine_kick(e);
 		usleep(50);
 	}

@@ -16,6 +16,7 @@
 #include "core/notice.h"
 #include "core/op.h"
 #include "core/path.h"
+#include "core/subq.h"
 #include "core/rx.h"
 #include "core/telemetry.h"
 #include "core/tx.h"
@@ -86,11 +87,11 @@ static void handle_sub(struct worker *w, const struct sub *s)
 
 static int take_submissions(struct worker *w)
 {
-	int n = xi_rx_take_reposts(w);
+	int n = 0;
 	struct sub s;
 	/* Take no more than can be held: a free op for every submission, and no
 	 * completion waiting for the application to reap (core/deliver.c). */
-	while (n < TAKE_MAX && w->free_ops && !xi_deliver_backlog(w) && xi_mpmc_pop(&w->e->subq, &s)) {
+	while (n < TAKE_MAX && w->free_ops && !xi_deliver_backlog(w) && xi_subq_pop(&w->e->subq, &s)) {
 		handle_sub(w, &s);
 		n++;
 	}
@@ -257,6 +258,12 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 		n += xi_deliver_flush(w);
 	n += take_submissions(w);
 	n += xi_path_post_pending(w);
+	/* Receive buffers the application handed back go to the provider after
+	 * its submissions: a message's answer (the xfer_send right after the
+	 * xfer_recv that returned the buffer) is not held up by the receive
+	 * post (on tcp;ofi_rxm a provider call); buffers are many, and the
+	 * answer's own answer is a round trip away. */
+	n += xi_rx_take_reposts(w);
 	bool drained;
 	n += poll_nics(w, &drained);
 	/* Liveness verdicts wait for a drained queue: a PONG still queued here
@@ -294,7 +301,7 @@ void xi_worker_quiesce(struct worker *w, int status)
 	xfer_engine_t *e = w->e;
 	struct sub s;
 	bool drained;
-	while (xi_mpmc_pop(&e->subq, &s)) {
+	while (xi_subq_pop(&e->subq, &s)) {
 		if (s.kind == SUB_CALL) {
 			xi_call_refuse(s.u.call);
 			continue;

@@ -88,13 +88,20 @@ struct sub {
  * two halves so that no cache line bounces between the application and the
  * worker on every operation: submitters add to `taken` (and take it back
  * when the queue refuses them), the worker alone adds to `dropped` when an
- * operation lets go. The padding keeps the halves on different lines.
- * In flight = taken - dropped; only the worker judges it (xi_inflight),
- * in line with the submissions it has taken. */
+ * operation lets go. In flight = taken - dropped; only the worker judges it
+ * (xi_inflight), in line with the submissions it has taken.
+ * Each half has a line of its own, whatever the alignment of the struct
+ * holding it: 60 bytes of padding on either side leave no other field
+ * within 64 bytes of it. Padding between the halves alone was not enough:
+ * `taken` shared its line with the peer's `state`, which the worker reads
+ * on every post, so each submission's increment took the line from the
+ * worker and the worker's next post took it back. */
 struct xi_inflight {
+	char pad_before_[60];
 	atomic_uint taken;
-	char pad_[64];
+	char pad_[60];
 	atomic_uint dropped;
+	char pad_after_[60];
 };
 
 static inline unsigned xi_inflight(struct xi_inflight *c)

@@ -29,6 +29,14 @@ int xi_mpmc_init(struct mpmc_queue *q, size_t capacity, size_t elem_size)
 	q->mask = cap - 1;
 	q->elem_size = elem_size;
 	q->cell_stride = (sizeof(struct cell_head) + elem_size + 7) & ~(size_t)7;
+	/* No cell straddles two lines: a small one takes a power of two (a
+	 * 16-byte completion's 24-byte cell would cross a line in every third
+	 * cell), a large one whole lines. */
+	if (q->cell_stride > XFER_CACHELINE)
+		q->cell_stride = (q->cell_stride + XFER_CACHELINE - 1) & ~(size_t)(XFER_CACHELINE - 1);
+	else
+		while (XFER_CACHELINE % q->cell_stride)
+			q->cell_stride += 8;
 	q->cells = aligned_alloc(XFER_CACHELINE,
 				 (cap * q->cell_stride + XFER_CACHELINE - 1) & ~(size_t)(XFER_CACHELINE - 1));
 	if (!q->cells)
@@ -46,7 +54,7 @@ void xi_mpmc_destroy(struct mpmc_queue *q)
 	q->cells = NULL;
 }
 
-bool xi_mpmc_push(struct mpmc_queue *q, const void *elem)
+void *xi_mpmc_claim(struct mpmc_queue *q, size_t *pos_out)
 {
 	size_t pos = atomic_load_explicit(&q->enqueue_pos, memory_order_relaxed);
 	for (;;) {
@@ -57,19 +65,23 @@ bool xi_mpmc_push(struct mpmc_queue *q, const void *elem)
 			if (atomic_compare_exchange_weak_explicit(&q->enqueue_pos, &pos, pos + 1,
 								  memory_order_relaxed,
 								  memory_order_relaxed)) {
-				memcpy(cell_data(c), elem, q->elem_size);
-				atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
-				return true;
+				*pos_out = pos;
+				return cell_data(c);
 			}
 		} else if (dif < 0) {
-			return false;
+			return NULL;
 		} else {
 			pos = atomic_load_explicit(&q->enqueue_pos, memory_order_relaxed);
 		}
 	}
 }
 
-bool xi_mpmc_pop(struct mpmc_queue *q, void *elem)
+void xi_mpmc_publish(struct mpmc_queue *q, size_t pos)
+{
+	atomic_store_explicit(&cell_at(q, pos)->seq, pos + 1, memory_order_release);
+}
+
+const void *xi_mpmc_take(struct mpmc_queue *q, size_t *pos_out)
 {
 	size_t pos = atomic_load_explicit(&q->dequeue_pos, memory_order_relaxed);
 	for (;;) {
@@ -80,16 +92,42 @@ bool xi_mpmc_pop(struct mpmc_queue *q, void *elem)
 			if (atomic_compare_exchange_weak_explicit(&q->dequeue_pos, &pos, pos + 1,
 								  memory_order_relaxed,
 								  memory_order_relaxed)) {
-				memcpy(elem, cell_data(c), q->elem_size);
-				atomic_store_explicit(&c->seq, pos + q->mask + 1, memory_order_release);
-				return true;
+				*pos_out = pos;
+				return cell_data(c);
 			}
 		} else if (dif < 0) {
-			return false;
+			return NULL;
 		} else {
 			pos = atomic_load_explicit(&q->dequeue_pos, memory_order_relaxed);
 		}
 	}
+}
+
+void xi_mpmc_release(struct mpmc_queue *q, size_t pos)
+{
+	atomic_store_explicit(&cell_at(q, pos)->seq, pos + q->mask + 1, memory_order_release);
+}
+
+bool xi_mpmc_push(struct mpmc_queue *q, const void *elem)
+{
+	size_t pos;
+	void *cell = xi_mpmc_claim(q, &pos);
+	if (!cell)
+		return false;
+	memcpy(cell, elem, q->elem_size);
+	xi_mpmc_publish(q, pos);
+	return true;
+}
+
+bool xi_mpmc_pop(struct mpmc_queue *q, void *elem)
+{
+	size_t pos;
+	const void *cell = xi_mpmc_take(q, &pos);
+	if (!cell)
+		return false;
+	memcpy(elem, cell, q->elem_size);
+	xi_mpmc_release(q, pos);
+	return true;
 }
 
 bool xi_mpmc_empty_hint(const struct mpmc_queue *q)
