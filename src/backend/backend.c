@@ -73,12 +73,6 @@ static int stub_src_is(struct xfer_nic *n, uint64_t s, uint64_t d)
 	return -EOPNOTSUPP;
 }
 
-static int stub_connected(struct xfer_nic *n, uint64_t d)
-{
-	(void)n, (void)d;
-	return -EOPNOTSUPP;
-}
-
 void xi_backend_fill_stubs(struct backend_ops *o)
 {
 #define FILL(slot) \
@@ -98,6 +92,5 @@ void xi_backend_fill_stubs(struct backend_ops *o)
 	FILL(wait_fd);
 	FILL(trywait);
 	FILL(src_is);
-	FILL(connected);
 #undef FILL
 }

@@ -106,10 +106,6 @@ struct backend_ops {
 	 * dest (from av_insert), 0 when it is not; -EOPNOTSUPP where the backend
 	 * cannot tell (it then never sets has_src). */
 	int (*src_is)(struct xfer_nic *nic, uint64_t src, uint64_t dest);
-	/* 1 when this NIC has exchanged something with dest (a completed request
-	 * to it, a message from it), 0 when not yet; -EOPNOTSUPP where the
-	 * backend does not track it. Asked at stop, for quiet_close NICs. */
-	int (*connected)(struct xfer_nic *nic, uint64_t dest);
 };
 
 struct xfer_nic {
@@ -131,11 +127,6 @@ struct xfer_nic {
 	atomic_bool gpu_native;
 	bool dmabuf;        /* mr_reg can take a dma-buf (libfabric >= 1.20) */
 	bool delivery_complete; /* a completion means the data is at the target */
-	/* The provider must not receive anything from a peer while it closes
-	 * the connection to it (verbs;ofi_rxm 1.17 crashes then, docs/design.md
-	 * §16.2): at stop, the core sends no goodbye that would open a
-	 * connection, and waits a while for live peers' goodbyes. */
-	bool quiet_close;
 };
 
 /* Fills every NULL slot of ops with a stub that fails with -EOPNOTSUPP (or,

@@ -210,54 +210,23 @@ static int32_t peer_by_id(xfer_engine_t *e, uint64_t id)
 	return -1;
 }
 
-/* The NICs need a quiet connection to close (backend.h: quiet_close). */
-static bool quiet_close(const xfer_engine_t *e)
-{
-	return e->nnics && e->nics[0].quiet_close;
-}
-
 /* At stop: tell every live peer we are going, so that it fails what it has
  * pending to us now instead of after its heartbeat allowance (and so that
- * providers that queue sends to a closed endpoint, like shm, do not hide it).
- * Where the NICs need a quiet close (backend.h), two more rules. A peer that
- * the NIC never exchanged anything with gets a goodbye only from the end
- * with the smaller engine id: the goodbye opens a connection, and two
- * crossing ones dialled both at once (rxm 1.17 then rejects one and often
- * crashed closing the other). And a peer stays pending until its
- * own goodbye, crossing ours, has arrived, or for the caller's bound: one
- * that stays up has meanwhile taken ours and sends nothing more; one that
- * leaves too sends its goodbye after its other messages on the same
- * connection, so once it is here nothing more is on the way. */
+ * providers that queue sends to a closed endpoint, like shm, do not hide it). */
 int xi_hb_goodbye(struct worker *w)
 {
 	xfer_engine_t *e = w->e;
 	int pending = 0;
-	bool wait_answers = quiet_close(e);
 	for (uint32_t i = 0; i < e->max_peers; i++) {
-		if (atomic_load_explicit(&e->peers[i].state, memory_order_relaxed) != PEER_LIVE)
+		if (atomic_load_explicit(&e->peers[i].state, memory_order_relaxed) != PEER_LIVE ||
+		    w->hb[i].bye_sent)
 			continue;
-		struct peer_hb *h = &w->hb[i];
-		if (!h->bye_sent && wait_answers) {
-			unsigned n = i % e->nnics; /* the NIC post_probe takes */
-			/* Of two such peers only the smaller id dials (were both to, at
-			 * once, rxm resolves the race by rejecting one and closes). */
-			if (e->ops.connected(&e->nics[n], e->peers[i].dest[n]) == 0 &&
-			    e->id > e->peers[i].engine_id) {
-				h->bye_sent = true;
-				continue;
-			}
-		}
-		if (!h->bye_sent) {
-			/* shm answers -EAGAIN until it has mapped a peer: retried by the caller. */
-			int ret = post_probe(w, i, TX_BYE, WR_PONG);
-			if (ret == -EAGAIN || ret == -ENOBUFS) {
-				pending++;
-				continue;
-			}
-			h->bye_sent = true;
-			h->bye_due = wait_answers && ret == 0;
-		}
-		pending += h->bye_due && !h->bye_heard;
+		/* shm answers -EAGAIN until it has mapped a peer: retried by the caller. */
+		int ret = post_probe(w, i, TX_BYE, WR_PONG);
+		if (ret == -EAGAIN || ret == -ENOBUFS)
+			pending++;
+		else
+			w->hb[i].bye_sent = true;
 	}
 	return pending;
 }
@@ -275,12 +244,6 @@ void xi_hb_message(struct worker *w, uint32_t magic, uint64_t src_id)
 		return;
 	}
 	if (magic == XI_MSG_BYE) {
-		/* Our stop is under way and waits for this (xi_hb_goodbye): the
-		 * stop completes what is pending to the peer. */
-		if (quiet_close(w->e) && h->bye_sent) {
-			h->bye_heard = true;
-			return;
-		}
 		xi_peer_down(w, (uint32_t)idx, -ESHUTDOWN);
 		return;
 	}

@@ -93,9 +93,6 @@ struct peer_hb {
 	bool pong_capable;      /* the peer has answered a PING */
 	bool suspect;
 	bool bye_sent;
-	/* quiet_close NICs (xi_hb_goodbye): our stop waits for the peer's
-	 * goodbye (bye_due) until it arrives (bye_heard). */
-	bool bye_due, bye_heard;
 };
 
 /* The send side (core/tx.c): every post takes a credit of its NIC and a

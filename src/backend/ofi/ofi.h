@@ -18,7 +18,6 @@
 struct ofi_dest {
 	uint32_t inflight; /* our requests posted and not yet completed */
 	bool broken;       /* its connection failed: reset once inflight is 0 */
-	bool talked;       /* a request to it completed, or a message came from it */
 };
 
 struct ofi_nic {
@@ -49,9 +48,7 @@ int xi_ofi_conn_added(struct ofi_nic *o, uint64_t dest);
 void xi_ofi_conn_posted(struct ofi_nic *o, uint64_t dest, void *ctx);
 /* A request completed; own_error: it failed for a reason of its own (not
  * flushed behind another), which leaves the queue pair in the error state. */
-void xi_ofi_conn_done(struct xfer_nic *nic, struct ofi_nic *o, void *ctx, bool ok, bool own_error);
-void xi_ofi_conn_heard(struct ofi_nic *o, uint64_t src);
-int xi_ofi_connected(struct xfer_nic *nic, uint64_t dest);
+void xi_ofi_conn_done(struct xfer_nic *nic, struct ofi_nic *o, void *ctx, bool own_error);
 void xi_ofi_conn_reset_idle(struct xfer_nic *nic, struct ofi_nic *o);
 int xi_ofi_verbs_errno(int prov_errno, int fallback);
 

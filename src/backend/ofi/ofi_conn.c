@@ -77,7 +77,6 @@ int xi_ofi_conn_added(struct ofi_nic *o, uint64_t dest)
 		o->dests[dest].broken = false;
 		o->nbroken--;
 	}
-	o->dests[dest].talked = false;
 	return 0;
 }
 
@@ -88,7 +87,7 @@ void xi_ofi_conn_posted(struct ofi_nic *o, uint64_t dest, void *ctx)
 	o->dests[dest].inflight++;
 }
 
-void xi_ofi_conn_done(struct xfer_nic *nic, struct ofi_nic *o, void *ctx, bool ok, bool own_error)
+void xi_ofi_conn_done(struct xfer_nic *nic, struct ofi_nic *o, void *ctx, bool own_error)
 {
 	uint64_t tag;
 	memcpy(&tag, (const uint8_t *)ctx + DEST_OFF, sizeof(tag));
@@ -97,29 +96,12 @@ void xi_ofi_conn_done(struct xfer_nic *nic, struct ofi_nic *o, void *ctx, bool o
 	struct ofi_dest *d = &o->dests[tag - 1];
 	if (d->inflight)
 		d->inflight--;
-	d->talked |= ok;
 	if (own_error && !d->broken) {
 		d->broken = true;
 		o->nbroken++;
 		xinfo("connection to fi_addr %llu on %s failed: resetting it once its requests completed",
 		      (unsigned long long)(tag - 1), nic->domain);
 	}
-}
-
-void xi_ofi_conn_heard(struct ofi_nic *o, uint64_t src)
-{
-	if (src < o->ndests)
-		o->dests[src].talked = true;
-}
-
-/* Whether rxm has (had) a connection to dest: a goodbye to a peer it never
- * connected to would dial one at stop (backend.h: quiet_close). */
-int xi_ofi_connected(struct xfer_nic *nic, uint64_t dest)
-{
-	struct ofi_nic *o = nic->priv;
-	if (!o->track)
-		return -EOPNOTSUPP;
-	return dest < o->ndests && o->dests[dest].talked;
 }
 
 /* Makes rxm drop its connection to dest (see the top of the file). */

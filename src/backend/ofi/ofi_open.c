@@ -460,9 +460,6 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	atomic_store(&nic->gpu_native, (fi->caps & FI_HMEM) != 0);
 	nic->dmabuf = OFI_HAVE_DMABUF && (fi->caps & FI_HMEM);
 	nic->delivery_complete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
-	/* ofi_rxm's rxm_close_conn reposts a receive of the connection it has
-	 * just closed when a message of that peer is still unread (SIGSEGV). */
-	nic->quiet_close = strstr(fi->fabric_attr->prov_name, "verbs") != NULL;
 	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d, GPU memory %s, senders %s",
 	      nic->index, nic->provider, nic->domain, (unsigned long long)o->mr_mode, nic->tx_size,
 	      nic->rx_size, o->wait_fd, (fi->caps & FI_HMEM) ? "native (FI_HMEM)" : "staged",
@@ -489,5 +486,4 @@ const struct backend_ops xi_ofi_backend = {
 	.wait_fd = xi_ofi_wait_fd,
 	.trywait = xi_ofi_trywait,
 	.src_is = xi_ofi_src_is,
-	.connected = xi_ofi_connected,
 };

@@ -111,13 +111,11 @@ static void translate(struct xfer_nic *nic, struct ofi_nic *o, const struct fi_c
 		ev->len = c->len;
 		ev->has_src = source;
 		ev->src = from == FI_ADDR_NOTAVAIL ? NIC_SRC_UNKNOWN : from;
-		if (o->track && from != FI_ADDR_NOTAVAIL)
-			xi_ofi_conn_heard(o, from);
 	} else {
 		ev->type = NIC_EV_TX;
 		ev->ctx = c->op_context;
 		if (o->track && ev->ctx)
-			xi_ofi_conn_done(nic, o, ev->ctx, true, false);
+			xi_ofi_conn_done(nic, o, ev->ctx, false);
 	}
 }
 
@@ -143,7 +141,7 @@ static int read_error(struct xfer_nic *nic, struct ofi_nic *o, struct nic_event 
 		ev->status = xi_ofi_verbs_errno(err.prov_errno, ev->status);
 	xdbg("completion error on %s: %s (prov %d)", nic->domain, fi_strerror(err.err), err.prov_errno);
 	if (o->track && ev->ctx && ev->type == NIC_EV_TX)
-		xi_ofi_conn_done(nic, o, ev->ctx, false, ev->status != -ECONNRESET);
+		xi_ofi_conn_done(nic, o, ev->ctx, ev->status != -ECONNRESET);
 	return ev->ctx ? 1 : 0;
 }
 
