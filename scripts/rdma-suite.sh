@@ -72,7 +72,11 @@ XFAIL=${RDMA_XFAIL:-}
 # clears msg_ep, so rxm_free_rx_buf's "msg_ep still open?" test passes on the
 # stale pointer. rxm closes connections itself (peer disconnect inside
 # fi_cq_read, fi_close of our endpoint), so xfer's call order cannot avoid it;
-# FI_OFI_RXM_USE_SRX=1 would, but breaks write-immediate delivery (tried).
+# FI_OFI_RXM_USE_SRX=1 would, but breaks write-immediate delivery (tried):
+# the verbs provider reports every SRQ completion as IBV_WC_RECV, so rxm
+# takes a write with immediate for a message (verbs5). Closing endpoints
+# before the registrations (the backends' shutdown op) did not change the
+# rate; scripts/rdma-loop.sh counts it (docs/design.md §16.2).
 # A verbs test that dies that way is reported PCRASH and counted apart; the
 # checks it had not reached yet did not run.
 

@@ -8,6 +8,10 @@ static int stub_open(struct xfer_nic *n, const char *p, const char *d)
 	(void)n, (void)p, (void)d;
 	return -EOPNOTSUPP;
 }
+static void stub_shutdown(struct xfer_nic *n)
+{
+	(void)n;
+}
 static void stub_close(struct xfer_nic *n)
 {
 	(void)n;
@@ -75,6 +79,7 @@ void xi_backend_fill_stubs(struct backend_ops *o)
 	if (!o->slot)  \
 	o->slot = stub_##slot
 	FILL(open);
+	FILL(shutdown);
 	FILL(close);
 	FILL(mr_reg);
 	FILL(mr_dereg);

@@ -79,6 +79,12 @@ struct backend_ops {
 	/* Opens the NIC named domain of provider (domain NULL: the first that
 	 * matches) and fills nic's description; -ENODEV when there is none. */
 	int (*open)(struct xfer_nic *nic, const char *provider, const char *domain);
+	/* Stops the NIC's traffic: closes its endpoint (queue pairs) and reads
+	 * what it still reports, so that nothing completes or lands in memory
+	 * afterwards. Teardown calls it on every NIC before releasing the
+	 * registrations, then close frees the rest: the order libfabric and
+	 * verbs document (endpoint, memory regions, CQ/AV/domain). */
+	void (*shutdown)(struct xfer_nic *nic);
 	void (*close)(struct xfer_nic *nic);
 	/* key: the remote key to use where the application chooses them
 	 * (key_bits > 0); access: NIC_MR_*; mem: NULL for host memory. */

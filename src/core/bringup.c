@@ -114,6 +114,10 @@ static void release_internal(xfer_engine_t *e, xfer_mr_t **mr, bool free_buf)
 
 void xi_engine_teardown(xfer_engine_t *e)
 {
+	/* Endpoints first: a registration released under an open endpoint can
+	 * still be the target of a receive or a peer's write in flight. */
+	for (unsigned n = 0; n < e->nnics; n++)
+		e->ops.shutdown(&e->nics[n]);
 	xi_regions_release_all(e);
 	release_internal(e, &e->sink, true);
 	release_internal(e, &e->recv_mr, false);

@@ -204,6 +204,20 @@ static int open_queues(struct xfer_nic *nic, struct ibv_nic *n)
 	return 0;
 }
 
+/* Queue pairs before the core releases its registrations (receives are
+ * posted into them, peers' writes may be in flight to them). */
+static void ibv_shutdown(struct xfer_nic *nic)
+{
+	struct ibv_nic *n = nic->priv;
+	if (!n)
+		return;
+	xi_ibv_conn_destroy_all(n);
+	/* The SEND receive queue holds the core's receive buffers. */
+	if (n->srq_msg)
+		n->api->destroy_srq(n->srq_msg);
+	n->srq_msg = NULL;
+}
+
 static void ibv_close(struct xfer_nic *nic)
 {
 	struct ibv_nic *n = nic->priv;
@@ -406,6 +420,7 @@ static int ibv_open(struct xfer_nic *nic, const char *provider, const char *doma
 struct backend_ops xi_ibv_ops = {
 	.name = "ibverbs",
 	.open = ibv_open,
+	.shutdown = ibv_shutdown,
 	.close = ibv_close,
 	.mr_reg = xi_ibvb_mr_reg,
 	.mr_dereg = xi_ibvb_mr_dereg,

@@ -199,15 +199,48 @@ static void drain_before_close(struct ofi_nic *o)
 	}
 }
 
+/* What the CQ still holds once the endpoint is closed (flushed requests of
+ * ours, nothing the core waits for any more) is read and dropped, so that
+ * the CQ closes empty. */
+static void discard_cq(struct ofi_nic *o)
+{
+	struct fi_cq_data_entry c[16];
+	for (int i = 0; i < 1024; i++) {
+		ssize_t n = fi_cq_read(o->cq, c, 16);
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			if (fi_cq_readerr(o->cq, &err, 0) != 1)
+				return;
+		} else if (n <= 0) {
+			return;
+		}
+	}
+}
+
+/* The endpoint goes first (libfabric's order: endpoint, then the memory
+ * regions bound to it and the CQ/AV it is bound to, then domain and
+ * fabric); the core releases its registrations between this and close. */
+static void ofi_shutdown(struct xfer_nic *nic)
+{
+	struct ofi_nic *o = nic->priv;
+	if (!o || !o->ep)
+		return;
+	if (o->cq && strstr(o->info->fabric_attr->prov_name, "verbs"))
+		drain_before_close(o);
+	int ret = fi_close(&o->ep->fid);
+	if (ret)
+		xwarn("closing the endpoint on %s: %s", nic->domain, fi_strerror(-ret));
+	o->ep = NULL;
+	if (o->cq)
+		discard_cq(o);
+}
+
 static void ofi_close(struct xfer_nic *nic)
 {
 	struct ofi_nic *o = nic->priv;
 	if (!o)
 		return;
-	if (o->ep && o->cq && strstr(o->info->fabric_attr->prov_name, "verbs"))
-		drain_before_close(o);
-	if (o->ep)
-		fi_close(&o->ep->fid);
+	ofi_shutdown(nic); /* where teardown did not (a failed open) */
 	if (o->av)
 		fi_close(&o->av->fid);
 	if (o->cq)
@@ -440,6 +473,7 @@ nomem:
 const struct backend_ops xi_ofi_backend = {
 	.name = "ofi",
 	.open = ofi_open,
+	.shutdown = ofi_shutdown,
 	.close = ofi_close,
 	.mr_reg = xi_ofi_mr_reg,
 	.mr_dereg = xi_ofi_mr_dereg,
