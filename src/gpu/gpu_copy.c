@@ -56,7 +56,7 @@ struct kbatch {
 struct gpu_kernels {
 	int state; /* 0 not tried, 1 loaded, -1 unavailable on this device */
 	CUmodule mod;
-	CUfunction fn;
+	CUfunction fn, fn_tile, fn_bulk; /* the last two NULL where the fatbin lacks them */
 	unsigned sms;
 	uint8_t *host; /* IDX_RING bytes */
 	CUdeviceptr host_dev, dev;
@@ -92,7 +92,10 @@ struct xi_gpu {
 	bool trace_tried;
 	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
+	int pages_kind;   /* XFER_GPU_PAGES: PAGES_WARP (default), PAGES_TILE or PAGES_BULK */
 };
+
+enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
 
 static bool env_is(const char *name, const char *value)
 {
@@ -130,6 +133,7 @@ struct xi_gpu *xi_gpu_create(void)
 	 * copy for 16/64 KiB pages), likely for want of TLB locality. */
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
+	g->pages_kind = env_is("XFER_GPU_PAGES", "tile") ? PAGES_TILE : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_WARP;
 	return g;
 }
 
@@ -226,7 +230,19 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		sms = 132;
 	k->sms = (unsigned)sms;
 	k->state = 1;
-	xinfo("GPU copy kernels loaded on device %d (%d SMs)", dev, sms);
+	if (g->pages_kind != PAGES_WARP) {
+		/* Loaded now for the same reason as the warp kernel (lazy
+		 * loading, xi_gpu_prepare); one that will not load leaves the
+		 * warp kernel to do its launches. */
+		const char *name = g->pages_kind == PAGES_TILE ? XI_PAGES_KERNEL_TILE : XI_PAGES_KERNEL_BULK;
+		CUfunction *fn = g->pages_kind == PAGES_TILE ? &k->fn_tile : &k->fn_bulk;
+		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn))) {
+			*fn = NULL;
+			xwarn("XFER_GPU_PAGES: %s would not load: the warp kernel copies", name);
+		}
+	}
+	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s)", dev, sms,
+	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL);
 	return k;
 }
 
@@ -247,10 +263,21 @@ static void launch_batch(struct xi_gpu *g)
 	const struct cuda_api *c = g->c;
 	struct gpu_kernels *k = &g->k[b->dev];
 	CUstream st = stream_of(g, b->dev);
-	uint64_t warps_per_cta = XI_PAGES_THREADS / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
+	/* The kernel: XFER_GPU_PAGES's where loaded (bulk copies need every
+	 * address and length aligned), else the warp kernel. */
+	CUfunction fn = k->fn;
+	unsigned threads = XI_PAGES_THREADS, per_sm = XI_PAGES_CTAS_PER_SM;
+	if (k->fn_tile) {
+		fn = k->fn_tile;
+	} else if (k->fn_bulk && b->a.aligned) {
+		fn = k->fn_bulk;
+		threads = XI_BULK_THREADS;
+		per_sm = XI_BULK_CTAS_PER_SM;
+	}
+	uint64_t warps_per_cta = threads / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
 	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
 	 * grid-stride loop. */
-	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
+	uint64_t most = (uint64_t)k->sms * per_sm;
 	if (most > XI_GPU_MAX_CTAS)
 		most = XI_GPU_MAX_CTAS;
 	if (g->spread)
@@ -279,7 +306,7 @@ static void launch_batch(struct xi_gpu *g)
 		}
 	} else {
 		b->a.spread = g->spread;
-		ok = st && !c->cuLaunchKernel(k->fn, grid, 1, 1, XI_PAGES_THREADS, 1, 1, 0, st, params, NULL);
+		ok = st && !c->cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, st, params, NULL);
 	}
 	if (tr) {
 		tr->t_launched = xi_gpu_trace_now();
