@@ -186,7 +186,10 @@ int source(int fd)
 	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 3000;
-	for (int r = 0; r < NROW; r++) {
+	const char *only = getenv("XFER_BENCH_ROW"); // staged rows 0..5 in the order printed
+	for (int r = 0; r < NROW; r++, imm += 2) {
+		if (only && *only && atoi(only) != r)
+			continue;
 		double gbs[2];
 		bool bad_any = false;
 		std::vector<uint32_t> sp, dp;
@@ -195,7 +198,7 @@ int source(int fd)
 			perm(sp, npages, seed);
 			perm(dp, npages, seed + 1000);
 		}
-		for (int g = 0; g < 2; g++, imm++) {
+		for (int g = 0; g < 2; g++) {
 			ask(fd, (struct req){ZERO, (uint64_t)g, 0, 0, 0, 0});
 			size_t bytes = row_bytes(r);
 			if (g) {
@@ -212,7 +215,7 @@ int source(int fd)
 			w.src = mr[g];
 			w.dst = dst[g];
 			w.len = bytes;
-			w.imm = imm;
+			w.imm = imm + g;
 			w.flags = XFER_F_IMM;
 			if (row_paged(r)) {
 				uint32_t pl = page_sizes[r - NSINGLE];
@@ -224,7 +227,7 @@ int source(int fd)
 				pw.dst_pages = dp.data();
 				pw.dst_stride = pl;
 				pw.npages = npages;
-				pw.imm = imm;
+				pw.imm = imm + g;
 				pw.flags = XFER_F_IMM;
 			}
 			int calls = row_calls(r), inflight = 0;
@@ -244,7 +247,7 @@ int source(int fd)
 				XK(gpu_wait(e).res);
 			gbs[g] = (double)bytes * calls / (now_s() - t0) / 1e9;
 			uint64_t per = row_paged(r) ? npages : 1;
-			uint64_t bad = ask(fd, (struct req){CHECK, (uint64_t)g, (uint64_t)r, seed, imm, per * (calls + 1)});
+			uint64_t bad = ask(fd, (struct req){CHECK, (uint64_t)g, (uint64_t)r, seed, imm + g, per * (calls + 1)});
 			if (bad) {
 				bad_any = true;
 				printf("  %s row %d: %llu bad words%s\n", g ? "GPU" : "host", r,
