@@ -19,17 +19,18 @@
 #   single   XFER_BENCH_ONLY=single REPS times (lone copies by the copy
 #            engine), then XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G
 #            (every single write by the kernel) twice                     ~25 s
-#   staged   XFER_BENCH_ONLY=staged on tcp and shm, REPS times each, then
-#            XFER_GPU_STAGE=kernel (staging copies batched into the kernel's
-#            launches) REPS times each                                    ~40 s
+#   staged   XFER_BENCH_ONLY=staged on tcp and shm, STAGED_REPS (default 2)
+#            times each of: defaults, XFER_GPU_STAGE=kernel (staging copies
+#            batched into the kernel's launches), XFER_GPU_STAGE_AHEAD=1 (the
+#            staging of queued ops starts while the FIFO head waits), both ~50 s
 #   trace    one row alone with XFER_GPU_TRACE (stage summary in the log):
 #            16384 x 4 KiB and x 16 KiB for each kernel, single 1 MiB and
-#            256 MiB, staged single 64 KiB on shm (both staging modes)    ~25 s
+#            256 MiB, staged single 64 KiB on shm (default, both switches) ~25 s
 #   tests    test_gpu ipc/staged/h2g/g2h/scatter-* on shm and tcp (native
 #            modes skip: no FI_HMEM provider there), ipc/scatter-ipc/staged
-#            with XFER_GPU_PAGES=tile and =bulk and with XFER_GPU_STAGE=kernel
-#            (bytes verified, odd page sizes included), test_gpu_signal ipc
-#            and staged                                                   ~40 s
+#            with XFER_GPU_PAGES=tile and =bulk, staged modes with both
+#            staging switches (bytes verified, odd page sizes included),
+#            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
@@ -49,6 +50,9 @@ T=build/bin/test_gpu
 # A paged kernel whose first bench step failed (or hung) is not run again:
 # its other steps would only spend the window's time in timeouts.
 KERNELS="warp tile bulk"
+# The exit status of the latest step, from its line in steps.log (the step
+# runner of device-gpu-lib.sh returns 0 so that a plan goes on).
+last_rc() { tail -1 "$out/steps.log" | sed -n 's/.*: rc=\([0-9]*\) in .*/\1/p'; }
 drop_kernel() { KERNELS=$(echo " $KERNELS " | sed "s/ $1 / /"); echo "dropping XFER_GPU_PAGES=$1 from later steps" | tee -a "$out/steps.log"; }
 
 plan_paged() {
@@ -56,7 +60,8 @@ plan_paged() {
 	for r in $(seq "$REPS"); do
 		for k in $KERNELS; do
 			step paged-$k-r$r 10 env XFER_GPU_PAGES=$k XFER_BENCH_ONLY=paged $B
-			[ "$last_rc" -ne 0 ] && [ "$last_rc" -ne 77 ] && [ "$k" != warp ] && drop_kernel $k
+			local rc=$(last_rc)
+			[ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$k" != warp ] && drop_kernel $k
 		done
 	done
 	for k in $KERNELS; do
@@ -72,12 +77,18 @@ plan_single() {
 	done
 }
 
+# Staging A/B: default (one copy-engine copy per op, each op's staging only
+# once the op before it left the FIFO), kernel (XFER_GPU_STAGE=kernel),
+# ahead (XFER_GPU_STAGE_AHEAD=1: staging of queued ops starts early), both.
+STAGE_AB="default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"
 plan_staged() {
-	local r p
-	for p in tcp shm; do
-		for r in $(seq "$REPS"); do
-			step staged-$p-r$r 20 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
-			step staged-$p-kernel-r$r 20 env XFER_GPU_STAGE=kernel XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+	local r p v
+	for r in $(seq "${STAGED_REPS:-2}"); do
+		for p in tcp shm; do
+			for v in $STAGE_AB; do
+				local envs=${v#*:}
+				step staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+			done
 		done
 	done
 }
@@ -92,8 +103,8 @@ plan_trace() {
 	step trace-s256m 10 env XFER_BENCH_ROW=9 XFER_GPU_TRACE="$out/trace-s256m.csv" $B
 	step trace-staged64k-shm 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 \
 		XFER_GPU_TRACE="$out/trace-staged64k.csv" $B
-	step trace-staged64k-shm-kernel 10 env XFER_GPU_STAGE=kernel XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm \
-		XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-staged64k-kernel.csv" $B
+	step trace-staged64k-shm-both 10 env XFER_GPU_STAGE=kernel XFER_GPU_STAGE_AHEAD=1 XFER_BENCH_ONLY=staged \
+		XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-staged64k-both.csv" $B
 }
 
 plan_tests() {
@@ -109,13 +120,15 @@ plan_tests() {
 			step test-$m-shm-$k 15 env XFER_GPU_PAGES=$k XFER_TEST_PROVIDER=shm $T $m
 		done
 	done
-	for m in staged scatter-staged; do
-		step test-$m-tcp-stagekernel 30 env XFER_GPU_STAGE=kernel XFER_TEST_PROVIDER=tcp $T $m
+	local both="XFER_GPU_STAGE=kernel XFER_GPU_STAGE_AHEAD=1"
+	for p in tcp shm; do
+		for m in staged scatter-staged; do
+			step test-$m-$p-stageboth 30 env $both XFER_TEST_PROVIDER=$p $T $m
+		done
 	done
 	step test-signal-ipc-shm 20 env XFER_TEST_PROVIDER=shm build/bin/test_gpu_signal ipc
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
-	step test-signal-staged-tcp-stagekernel 20 env XFER_GPU_STAGE=kernel XFER_TEST_PROVIDER=tcp \
-		build/bin/test_gpu_signal staged
+	step test-signal-staged-tcp-stageboth 20 env $both XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
 plan_watcher() {

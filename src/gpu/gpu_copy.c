@@ -99,6 +99,7 @@ struct xi_gpu {
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_WARP (default), PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
+	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
 
 enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
@@ -140,6 +141,7 @@ struct xi_gpu *xi_gpu_create(void)
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
+	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
 	g->pages_kind = env_is("XFER_GPU_PAGES", "tile") ? PAGES_TILE : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_WARP;
 	return g;
 }
@@ -670,6 +672,11 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 		g->count--;
 	}
 	return n;
+}
+
+bool xi_gpu_stage_ahead(const struct xi_gpu *g)
+{
+	return g && g->stage_ahead;
 }
 
 uint32_t xi_gpu_pending(const struct xi_gpu *g)
