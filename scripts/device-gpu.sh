@@ -14,21 +14,23 @@
 # bench rows 1-4 s each, a test 1-2 s. REPS (default 3) repeats bench rows:
 # one run's ratio moves by up to ~0.2 between runs of one setting.
 #   paged    XFER_BENCH_ONLY=paged, REPS times for each paged kernel
-#            (XFER_GPU_PAGES=warp|tile|bulk), plus each with
+#            (XFER_GPU_PAGES=warp|tile|bulk; tile is the default), plus each with
 #            XFER_GPU_INDEX=device (page lists copied to the GPU first)  ~60 s
 #   single   XFER_BENCH_ONLY=single REPS times (lone copies by the copy
 #            engine), then XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G
-#            (every single write by the kernel) twice                     ~25 s
+#            (every single write by the kernel) twice, then XFER_SPIN_US=1000
+#            (no worker or waiter sleeps during a long copy) REPS times     ~35 s
 #   staged   XFER_BENCH_ONLY=staged on tcp and shm, STAGED_REPS (default 2)
 #            times each of: defaults, XFER_GPU_STAGE=kernel (staging copies
 #            batched into the kernel's launches), XFER_GPU_STAGE_AHEAD=1 (the
 #            staging of queued ops starts while the FIFO head waits), both ~50 s
 #   trace    one row alone with XFER_GPU_TRACE (stage summary in the log):
 #            16384 x 4 KiB and x 16 KiB for each kernel, single 1 MiB and
-#            256 MiB, staged single 64 KiB on shm (default, both switches) ~25 s
+#            256 MiB (and with XFER_SPIN_US=1000), staged single 64 KiB on
+#            shm (default, both staging switches)                          ~25 s
 #   tests    test_gpu ipc/staged/h2g/g2h/scatter-* on shm and tcp (native
 #            modes skip: no FI_HMEM provider there), ipc/scatter-ipc/staged
-#            with XFER_GPU_PAGES=tile and =bulk, staged modes with both
+#            with XFER_GPU_PAGES=warp and =bulk, staged modes with both
 #            staging switches (bytes verified, odd page sizes included),
 #            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
@@ -61,7 +63,7 @@ plan_paged() {
 		for k in $KERNELS; do
 			step paged-$k-r$r 10 env XFER_GPU_PAGES=$k XFER_BENCH_ONLY=paged $B
 			local rc=$(last_rc)
-			[ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$k" != warp ] && drop_kernel $k
+			[ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$k" != tile ] && drop_kernel $k
 		done
 	done
 	for k in $KERNELS; do
@@ -75,6 +77,10 @@ plan_single() {
 	for r in 1 2; do
 		step single-kernel-r$r 20 env XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G XFER_BENCH_ONLY=single $B
 	done
+	# Run gpu5-1: a 256 MiB copy took 133 us, the write ~174 us: the default
+	# spin_us (50) lets the target's worker and the waiting application
+	# sleep during a long copy; 1 ms of spinning says what the wake-ups cost.
+	for r in $(seq "$REPS"); do step single-spin-r$r 20 env XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B; done
 }
 
 # Staging A/B: default (one copy-engine copy per op, each op's staging only
@@ -101,6 +107,7 @@ plan_trace() {
 	done
 	step trace-s1m 10 env XFER_BENCH_ROW=7 XFER_GPU_TRACE="$out/trace-s1m.csv" $B
 	step trace-s256m 10 env XFER_BENCH_ROW=9 XFER_GPU_TRACE="$out/trace-s256m.csv" $B
+	step trace-s256m-spin 10 env XFER_SPIN_US=1000 XFER_BENCH_ROW=9 XFER_GPU_TRACE="$out/trace-s256m-spin.csv" $B
 	step trace-staged64k-shm 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 \
 		XFER_GPU_TRACE="$out/trace-staged64k.csv" $B
 	step trace-staged64k-shm-both 10 env XFER_GPU_STAGE=kernel XFER_GPU_STAGE_AHEAD=1 XFER_BENCH_ONLY=staged \
@@ -115,7 +122,7 @@ plan_tests() {
 		done
 	done
 	for k in $KERNELS; do
-		[ $k = warp ] && continue
+		[ $k = tile ] && continue # the default: the steps above
 		for m in ipc scatter-ipc staged; do
 			step test-$m-shm-$k 15 env XFER_GPU_PAGES=$k XFER_TEST_PROVIDER=shm $T $m
 		done

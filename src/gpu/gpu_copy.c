@@ -97,7 +97,7 @@ struct xi_gpu {
 	bool trace_tried;
 	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
-	int pages_kind;   /* XFER_GPU_PAGES: PAGES_WARP (default), PAGES_TILE or PAGES_BULK */
+	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
@@ -142,7 +142,10 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
-	g->pages_kind = env_is("XFER_GPU_PAGES", "tile") ? PAGES_TILE : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_WARP;
+	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
+	 * it was the best or within noise of the best on every paged row and
+	 * the steadiest (docs/performance.md). */
+	g->pages_kind = env_is("XFER_GPU_PAGES", "warp") ? PAGES_WARP : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_TILE;
 	return g;
 }
 

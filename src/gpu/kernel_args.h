@@ -13,7 +13,8 @@
 
 #include <stdint.h>
 
-/* Three kernels of one argument (XFER_GPU_PAGES picks; pages_kernel.cu):
+/* Three kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk picks, tile
+ * by default; pages_kernel.cu):
  * warp: each warp resolves 32 items' addresses at once, lanes far apart;
  * tile: a CTA resolves a run of consecutive items into shared memory first
  * (the page-list reads of a warp coalesce), then its warps copy them;

@@ -26,9 +26,10 @@
  *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
  *       of the calls queued behind the first start while it waits and share
  *       launches (fewer launches than aligned calls), every byte lands once
- *   write-batch-tile | write-batch-bulk  write-batch with XFER_GPU_PAGES=tile
- *       (every launch by the tile kernel) or =bulk (aligned launches by the
- *       bulk kernel, the unaligned one by the warp kernel)
+ *   write-batch-warp | write-batch-bulk  write-batch with XFER_GPU_PAGES=warp
+ *       (every launch by the warp kernel; by default the tile kernel's) or
+ *       =bulk (aligned launches by the bulk kernel, the unaligned one by the
+ *       warp kernel)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -426,7 +427,7 @@ static int ring_source(int n, const int *fds, void *arg)
 #define IMM_BATCH 0x6e0
 
 static bool batch_off;
-static int batch_kernel; /* launches expected of: 0 warp, 1 tile, 2 bulk (XFER_GPU_PAGES) */
+static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk (XFER_GPU_PAGES) */
 
 struct bcall {
 	int kind; /* 0 aligned single, 1 aligned paged, 2 unaligned single, 3 unaligned paged */
@@ -575,9 +576,7 @@ static int batch_source(int n, const int *fds, void *arg)
 	uint64_t by[3];
 	for (int k = 0; k < 3; k++)
 		by[k] = fc.by_kernel[k] - c0.by_kernel[k];
-	if (staged)
-		CHECK(by[0] == launches);
-	else if (batch_kernel == 2)
+	if (batch_kernel == 2 && !staged)
 		CHECK(by[0] == (batch_off ? 8u : 1u) && by[1] == 0 && by[2] == launches - by[0]);
 	else
 		CHECK(by[batch_kernel] == launches);
@@ -588,7 +587,7 @@ static int batch_source(int n, const int *fds, void *arg)
 	fake_cuda_free(src);
 	printf("write-batch%s%s: %d calls verified, %llu kernel jobs in %llu launches (warp %llu, tile %llu, bulk "
 	       "%llu), %llu copy-engine copies (%llu DtoH)\n",
-	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", batch_kernel == 1 ? " (tile)" : batch_kernel == 2 ? " (bulk)" : "",
+	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", batch_kernel == 0 ? " (warp)" : batch_kernel == 2 ? " (bulk)" : "",
 	       B_CALLS, (unsigned long long)jobs, (unsigned long long)launches, (unsigned long long)by[0],
 	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)(dtod + dtoh),
 	       (unsigned long long)dtoh);
@@ -713,9 +712,9 @@ int main(int argc, char **argv)
 			setenv("XFER_GPU_STAGE", "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
 		}
-		batch_kernel = !strcmp(mode, "write-batch-tile") ? 1 : !strcmp(mode, "write-batch-bulk") ? 2 : 0;
-		if (batch_kernel)
-			setenv("XFER_GPU_PAGES", batch_kernel == 1 ? "tile" : "bulk", 1);
+		batch_kernel = !strcmp(mode, "write-batch-warp") ? 0 : !strcmp(mode, "write-batch-bulk") ? 2 : 1;
+		if (batch_kernel != 1)
+			setenv("XFER_GPU_PAGES", batch_kernel == 0 ? "warp" : "bulk", 1);
 		return t_run_procs(1, batch_target, batch_source, NULL);
 	}
 	if (!strncmp(mode, "write", 5))
