@@ -16,34 +16,10 @@
 #   scripts/device-telemetry.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: scripts/device-telemetry.sh OUT_DIR}
-mkdir -p "$out"
-chmod +x build/bin/* 2>/dev/null
-export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-[ -d .devlibs ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$PWD/.devlibs
-export PYTHONPATH=$PWD/python XFER_LIBRARY=$PWD/build/libxfer.so PYTHONDONTWRITEBYTECODE=1
+BUDGET=${BUDGET:-84} STEP_CLIP=1 STEP_KILL=3 STEP_TAIL=25 # never past the budget
+. "$(dirname "$0")/device-lib.sh" # the environment, step NAME TIMEOUT COMMAND..., OUT/summary.txt
 unset XFER_TELEMETRY
-budget=${BUDGET:-84}
-fails=0
-start=$SECONDS
-step() { # name, timeout (s), command...
-	local name=$1 limit=$2
-	shift 2
-	if [ $((SECONDS - start)) -ge "$budget" ]; then
-		echo "$name: skipped (the ${budget} s budget is spent)" | tee -a "$out/summary.txt"
-		return 0
-	fi
-	local left=$((budget - (SECONDS - start)))
-	[ "$limit" -gt "$left" ] && limit=$left # never past the budget
-	local t0=$SECONDS
-	timeout -k 3 "$limit" "$@" >"$out/$name.log" 2>&1
-	local rc=$?
-	echo "$name: rc=$rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ' (timed out)')" | tee -a "$out/summary.txt"
-	if [ $rc -ne 0 ]; then
-		fails=$((fails + 1))
-		tail -n 25 "$out/$name.log" | sed "s/^/    $name| /"
-	fi
-	return 0
-}
+start=$step_start
 {
 	echo "machine: $(nproc) CPUs, $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 	git log -1 --format='commit %H %s' 2>/dev/null || true

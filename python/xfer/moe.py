@@ -189,11 +189,29 @@ def buffer_sizes(world_size: int, *, max_tokens: int, num_experts: int, topk: in
         hosts = (c_uint32 * world_size)(*[0 if r <= world_size - 1 - remote_ranks else r + 1
                                           for r in range(world_size)])
         c.host_of = hosts
+    return _sizes_dict(_sizes(c))
+
+
+def _sizes(c: ml.Config) -> ml.Sizes:
+    """xfer_moe_sizes of a checked configuration."""
     z = ml.Sizes()
     rc = ml.f.sizes(byref(c), byref(z))
     if rc:
         raise error_for(rc, "xfer_moe_sizes")
+    return z
+
+
+def _sizes_dict(z: ml.Sizes) -> dict:
     return {name: getattr(z, name) for name, _ in ml.Sizes._fields_}
+
+
+def _c_blobs(blobs: List[bytes]):
+    """Byte strings as the C calls take them: (void *[], size_t[], the buffers
+    behind the pointers, which the caller keeps alive across the call)."""
+    keep = [ctypes.create_string_buffer(x, len(x) or 1) for x in blobs]
+    ptrs = (c_void_p * len(blobs))(*[ctypes.addressof(x) for x in keep])
+    lens = (c_size_t * len(blobs))(*[len(x) for x in blobs])
+    return ptrs, lens, keep
 
 
 _INFO = struct.Struct("<32s32s16sI")  # config digest, host key digest, GPU uuid, flags
@@ -278,11 +296,8 @@ class MoE:
         self._hosts = (c_uint32 * self.world_size)(*hosts) if hosts is not None else None
         cfg.host_of = self._hosts
         self._cfg = cfg
-        z = ml.Sizes()
-        rc = ml.f.sizes(byref(cfg), byref(z))
-        if rc:
-            raise error_for(rc, "xfer_moe_sizes")
-        self.sizes = {name: getattr(z, name) for name, _ in ml.Sizes._fields_}
+        z = _sizes(cfg)
+        self.sizes = _sizes_dict(z)
         self.local_experts = z.local_experts
         self.expert_rows = z.expert_rows
         self.expert_capacity = cfg.expert_capacity
@@ -368,7 +383,6 @@ class MoE:
         return struct.pack("<II", n, len(ipc)) + buf.raw[:n] + ipc
 
     def _connect(self, blobs: List[bytes]) -> None:
-        W = self.world_size
         infos, ipcs = [], []
         for r, b in enumerate(blobs):
             if len(b) < 8:
@@ -378,17 +392,13 @@ class MoE:
                 raise InvalidArgument(22, f"rank {r}'s connection information is truncated", "xfer.moe.MoE")
             infos.append(b[8:8 + n])
             ipcs.append(b[8 + n:])
-        bufs = [ctypes.create_string_buffer(x, len(x) or 1) for x in infos]
-        ptrs = (c_void_p * W)(*[ctypes.addressof(x) for x in bufs])
-        lens = (c_size_t * W)(*[len(x) for x in infos])
+        ptrs, lens, _keep = _c_blobs(infos)
         rc = ml.f.connect(self._m, ptrs, lens)
         if rc:
             self.close()
             raise error_for(rc, "xfer_moe_connect")
         if self._g:
-            gb = [ctypes.create_string_buffer(x, len(x) or 1) for x in ipcs]
-            gp = (c_void_p * W)(*[ctypes.addressof(x) for x in gb])
-            gl = (c_size_t * W)(*[len(x) for x in ipcs])
+            gp, gl, _gkeep = _c_blobs(ipcs)
             rc = ml.g.cuda_connect(self._g, gp, gl)
             if rc:
                 msg = ml.cuda_error()
@@ -443,6 +453,13 @@ class MoE:
                                   "bytes at a time)", "xfer.moe")
         return t
 
+    def _ctl(self) -> Any:
+        """The control words the kernels (or the CPU path) and the proxy share
+        (struct xfer_moe_ctl), read in place."""
+        b = ml.Buffers()
+        ml.f.get_buffers(self._m, byref(b))
+        return ml.Ctl.from_address(b.ctl)
+
     def _stream(self) -> int:
         return self._torch.cuda.current_stream(self.device).cuda_stream
 
@@ -462,9 +479,7 @@ class MoE:
             return
         import time
 
-        b = ml.Buffers()
-        ml.f.get_buffers(self._m, byref(b))
-        c = ml.Ctl.from_address(b.ctl)
+        c = self._ctl()
         end = time.monotonic() + self._cfg.timeout_ms / 1000.0 + 2.0
         spins = 0
         while getattr(c, flag) != 1:
@@ -518,7 +533,7 @@ class MoE:
         else:
             o = ml.ExpertOut(self._expert_x.data_ptr(), ml.ptr(self._expert_scales), self._counts.data_ptr(),
                              self._offsets.data_ptr(), self._src_rank.data_ptr(), self._src_token.data_ptr())
-            self._state = "dispatched"
+            self._state = "dispatched"  # first: the C half ends its round even when it fails
             self._cpu_call(ml.f.cpu_dispatch_recv(self._m, byref(o)), "xfer_moe_cpu_dispatch_recv")
         self._state = "dispatched"
         handle.received = True
@@ -607,7 +622,7 @@ class MoE:
             self._gpu_call(ml.g.cuda_combine_recv(self._g, n, w.data_ptr(), dst.data_ptr(), self._stream()),
                            "xfer_moe_cuda_combine_recv")
         else:
-            self._state = "idle"
+            self._state = "idle"  # first: the C half ends its round even when it fails
             self._cpu_call(ml.f.cpu_combine_recv(self._m, w.data_ptr(), dst.data_ptr()),
                            "xfer_moe_cpu_combine_recv")
         self._state = "idle"
@@ -622,9 +637,7 @@ class MoE:
         (read on a stream of their own, so also while a wait spins)."""
         if not self._m:
             return "closed"
-        b = ml.Buffers()
-        ml.f.get_buffers(self._m, byref(b))
-        c = ml.Ctl.from_address(b.ctl)
+        c = self._ctl()
         msg = ctypes.create_string_buffer(512)
         rc = ml.f.status(self._m, msg, 512, None)
         out = [f"rank {self.rank}: python round {self._round} state {self._state}; wait {getattr(self, 'gpu_wait', '-')}"

@@ -13,6 +13,25 @@
 #include "xfer.h"
 #include "xfer_moe.h"
 
+/* Expert index i of a topk_idx array of int32 (idx_bytes 4) or int64 (8). */
+static inline int64_t moe_topk_at(const void *idx, uint32_t idx_bytes, uint64_t i)
+{
+	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
+}
+
+/* The control words between the kernels (or the CPU path) and the proxy:
+ * a release store publishes what was written before it, an acquire load
+ * sees it (they cross threads, and with a GPU, PCIe). */
+static inline uint32_t moe_load_acq(volatile uint32_t *p)
+{
+	return atomic_load_explicit((_Atomic uint32_t *)p, memory_order_acquire);
+}
+
+static inline void moe_store_rel(volatile uint32_t *p, uint32_t v)
+{
+	atomic_store_explicit((_Atomic uint32_t *)p, v, memory_order_release);
+}
+
 /* ---------------------------------------------------------------- route */
 
 /* One round's routing at the sender: per (token, slot) where its record and
@@ -80,6 +99,9 @@ enum moe_op_kind {
 	MOE_OP_FAILED, /* another rank has failed too (or left): it needs nothing more from us */
 };
 
+/* The scatters the proxy posts in a round, one entry list each. */
+enum moe_ent { MOE_ENT_ROUTE, MOE_ENT_PRIV, MOE_ENT_OVF, MOE_ENT_CONS, MOE_ENT_COMB, MOE_ENT_N };
+
 /* One dispatch round (and its combine) as the proxy drives it; two slots,
  * by round parity, because a round's combine overlaps the next one's start. */
 struct moe_slot {
@@ -98,8 +120,8 @@ struct moe_slot {
 	uint32_t *cons_from;       /* [W] 1: that destination owes us a CONS */
 	struct moe_plan plan;
 	uint64_t *ovf_dst;         /* [W] */
-	struct xfer_scatter_entry *ent[5]; /* route, priv, ovf, cons, comb: W entries each */
-	int32_t *status[5];
+	struct xfer_scatter_entry *ent[MOE_ENT_N]; /* a scatter's W entries, per kind */
+	int32_t *status[MOE_ENT_N];                /* and their per-entry results */
 };
 
 struct moe_peer {
@@ -178,6 +200,15 @@ void *xi_moe_proxy_main(void *arg);
 void xi_moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe);
 
 uint64_t xi_moe_now_ns(void);
+/* Rank r's route vector of round `round` as this rank sees it: ours in
+ * route_vec, another's in route_table (where the engine or IPC put it). */
+static inline uint32_t *moe_route_row(const struct xfer_moe *m, uint32_t round, uint32_t r)
+{
+	uint32_t RV = m->z.route_words;
+	if (r == m->cfg.rank)
+		return (uint32_t *)m->b.route_vec + (round & 1) * RV;
+	return (uint32_t *)m->b.route_table + ((uint64_t)(round & 1) * m->cfg.world_size + r) * RV;
+}
 /* Rank of a group member. */
 uint32_t xi_moe_member_rank(const struct xfer_moe *m, uint32_t member);
 

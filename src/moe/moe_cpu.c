@@ -13,16 +13,6 @@
 
 enum { CPU_IDLE = 0, CPU_DSENT, CPU_DRECV, CPU_CSENT };
 
-static uint32_t load_acq(volatile uint32_t *p)
-{
-	return atomic_load_explicit((_Atomic uint32_t *)p, memory_order_acquire);
-}
-
-static void store_rel(volatile uint32_t *p, uint32_t v)
-{
-	atomic_store_explicit((_Atomic uint32_t *)p, v, memory_order_release);
-}
-
 static int failed(const struct xfer_moe *m)
 {
 	return atomic_load(&((struct xfer_moe *)m)->failed);
@@ -35,7 +25,7 @@ static int wait_flag(struct xfer_moe *m, volatile uint32_t *flag, uint32_t round
 {
 	uint64_t t0 = xi_moe_now_ns(), limit = (m->cfg.timeout_ms + 1000) * 1000000ull;
 	long nap = 0;
-	while (load_acq(flag) != 1) {
+	while (moe_load_acq(flag) != 1) {
 		if (failed(m))
 			return failed(m);
 		uint64_t el = xi_moe_now_ns() - t0;
@@ -48,18 +38,13 @@ static int wait_flag(struct xfer_moe *m, volatile uint32_t *flag, uint32_t round
 			nanosleep(&(struct timespec){0, nap}, NULL);
 		}
 	}
-	store_rel(flag, 0);
+	moe_store_rel(flag, 0);
 	return failed(m);
 }
 
 static bool remote(const struct xfer_moe *m, uint32_t r)
 {
 	return r != m->cfg.rank && moe_host(m->cfg.host_of, r) != moe_host(m->cfg.host_of, m->cfg.rank);
-}
-
-static int64_t idx_at(const struct xfer_moe_tokens *t, uint64_t i)
-{
-	return t->idx_bytes == 8 ? ((const int64_t *)t->topk_idx)[i] : ((const int32_t *)t->topk_idx)[i];
 }
 
 static void pack(struct xfer_moe *m, const struct xfer_moe_tokens *t, uint32_t round, bool rem)
@@ -73,7 +58,7 @@ static void pack(struct xfer_moe *m, const struct xfer_moe_tokens *t, uint32_t r
 			uint64_t s = (uint64_t)tok * K + k;
 			if (!r->lead[s])
 				continue;
-			uint32_t d = (uint32_t)idx_at(t, s) / L;
+			uint32_t d = (uint32_t)moe_topk_at(t->topk_idx, t->idx_bytes, s) / L;
 			if (remote(m, d) != rem)
 				continue;
 			uint8_t *rec = (uint8_t *)m->b.send + (uint64_t)r->rec[s] * RB;
@@ -87,7 +72,7 @@ static void pack(struct xfer_moe *m, const struct xfer_moe_tokens *t, uint32_t r
 				uint64_t s2 = (uint64_t)tok * K + k2;
 				if (r->rec[s2] != r->rec[s])
 					continue;
-				uint32_t e = (uint32_t)idx_at(t, s2);
+				uint32_t e = (uint32_t)moe_topk_at(t->topk_idx, t->idx_bytes, s2);
 				mt->pair[np].k = (uint16_t)k2;
 				mt->pair[np].expert = (uint16_t)(e - d * L);
 				mt->pair[np].j = r->j[s2];
@@ -121,9 +106,9 @@ int xfer_moe_cpu_dispatch_send(xfer_moe_t *m, const struct xfer_moe_tokens *t)
 		return rc;
 	uint32_t *rv = (uint32_t *)m->b.route_vec + (i & 1) * m->z.route_words;
 	xi_moe_route_compute(c, i, t->n, t->topk_idx, t->idx_bytes, &m->route, rv);
-	store_rel(&m->b.ctl->k_route, i);
+	moe_store_rel(&m->b.ctl->k_route, i);
 	pack(m, t, i, true); /* remote ranks first: the proxy starts on them at once */
-	store_rel(&m->b.ctl->k_packed, i);
+	moe_store_rel(&m->b.ctl->k_packed, i);
 	pack(m, t, i, false);
 	m->cpu_n = t->n;
 	m->cpu_state = CPU_DSENT;
@@ -155,16 +140,15 @@ int xfer_moe_cpu_dispatch_recv(xfer_moe_t *m, const struct xfer_moe_expert_out *
 	if (m->cpu_state != CPU_DSENT)
 		return -EPROTO;
 	const struct xfer_moe_config *c = &m->cfg;
-	uint32_t W = c->world_size, me = c->rank, L = m->z.local_experts, E = c->num_experts;
+	uint32_t W = c->world_size, me = c->rank, L = m->z.local_experts;
 	uint32_t H = c->hidden, db = c->dispatch_bytes, P = c->private_tokens;
 	uint32_t PB = m->z.payload_bytes, SB = m->z.scale_bytes, RB = m->z.record_bytes;
-	uint32_t RV = m->z.route_words, i = m->b.ctl->round;
+	uint32_t i = m->b.ctl->round;
 	int rc = 0;
 	if (m->n_remote && (rc = wait_flag(m, &m->b.ctl->recv_flag, i, "the tokens of every rank")))
 		goto empty;
 	for (uint32_t s = 0; s < W; s++)
-		m->cpu_rows[s] = s == me ? (uint32_t *)m->b.route_vec + (i & 1) * RV
-					 : (uint32_t *)m->b.route_table + ((uint64_t)(i & 1) * W + s) * RV;
+		m->cpu_rows[s] = moe_route_row(m, i, s);
 	uint32_t bad = 0;
 	struct moe_plan *p = &m->plan;
 	if ((rc = xi_moe_plan_recv(c, &m->z, me, (const uint32_t *const *)m->cpu_rows, p, &bad))) {
@@ -211,8 +195,7 @@ int xfer_moe_cpu_dispatch_recv(xfer_moe_t *m, const struct xfer_moe_expert_out *
 	}
 	if (o->offsets)
 		o->offsets[L] = (int32_t)p->offsets[L];
-	(void)E;
-	store_rel(&m->b.ctl->k_recv_done, i);
+	moe_store_rel(&m->b.ctl->k_recv_done, i);
 	m->cpu_state = CPU_DRECV;
 	return 0;
 empty:
@@ -250,7 +233,7 @@ int xfer_moe_cpu_combine_send(xfer_moe_t *m, const void *expert_out)
 					       src, rowb);
 			}
 		if (pass == 0)
-			store_rel(&m->b.ctl->k_comb_packed, i);
+			moe_store_rel(&m->b.ctl->k_comb_packed, i);
 	}
 	m->cpu_state = CPU_CSENT;
 	return failed(m);
@@ -308,7 +291,7 @@ int xfer_moe_cpu_combine_recv(xfer_moe_t *m, const float *weights, void *out)
 		for (uint32_t h = 0; h < H; h++)
 			dst[h] = f32_to_bf16(acc[h]);
 	}
-	store_rel(&m->b.ctl->k_comb_done, i);
+	moe_store_rel(&m->b.ctl->k_comb_done, i);
 	m->cpu_state = CPU_IDLE;
 	return failed(m);
 }

@@ -25,10 +25,10 @@ uint32_t xi_moe_member_rank(const struct xfer_moe *m, uint32_t member)
 static void release_flags(struct xfer_moe *m)
 {
 	struct xfer_moe_ctl *ctl = m->b.ctl;
-	atomic_store_explicit((_Atomic uint32_t *)&ctl->recv_flag, 1, memory_order_release);
-	atomic_store_explicit((_Atomic uint32_t *)&ctl->comb_flag, 1, memory_order_release);
-	atomic_store_explicit((_Atomic uint32_t *)&ctl->tx_ready, 1, memory_order_release);
-	atomic_store_explicit((_Atomic uint32_t *)&ctl->comb_tx_ready, 1, memory_order_release);
+	moe_store_rel(&ctl->recv_flag, 1);
+	moe_store_rel(&ctl->comb_flag, 1);
+	moe_store_rel(&ctl->tx_ready, 1);
+	moe_store_rel(&ctl->comb_tx_ready, 1);
 }
 
 void xi_moe_fail(struct xfer_moe *m, int err, uint32_t rank, const char *fmt, ...)
@@ -137,7 +137,7 @@ static int slots_alloc(struct xfer_moe *m)
 		s->ovf_dst = calloc(W, sizeof(uint64_t));
 		if (!s->cons_from || !s->ovf_dst)
 			return -ENOMEM;
-		for (int k = 0; k < 5; k++) {
+		for (int k = 0; k < MOE_ENT_N; k++) {
 			s->ent[k] = calloc(W, sizeof(struct xfer_scatter_entry));
 			s->status[k] = calloc(W, sizeof(int32_t));
 			if (!s->ent[k] || !s->status[k])
@@ -154,7 +154,7 @@ static void slots_free(struct xfer_moe *m)
 		xi_moe_plan_free(&s->plan);
 		free(s->cons_from);
 		free(s->ovf_dst);
-		for (int k = 0; k < 5; k++) {
+		for (int k = 0; k < MOE_ENT_N; k++) {
 			free(s->ent[k]);
 			free(s->status[k]);
 		}
@@ -434,6 +434,13 @@ void xfer_moe_get_stats(const xfer_moe_t *mc, struct xfer_moe_stats *s)
 	pthread_mutex_unlock(&m->st_lock);
 }
 
+/* How long leaving waits for other ranks (their farewells, their failing
+ * too): the deadline, capped at 10 s so that destroy stays bounded. */
+static uint64_t leave_ms(const struct xfer_moe *m)
+{
+	return m->cfg.timeout_ms < 10000 ? m->cfg.timeout_ms : 10000;
+}
+
 static void nap_ms(unsigned ms)
 {
 	nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000}, NULL);
@@ -467,7 +474,7 @@ static bool byes_done(struct xfer_moe *m)
  * costs at most the deadline. */
 static void farewell(struct xfer_moe *m)
 {
-	uint64_t ms = m->cfg.timeout_ms < 10000 ? m->cfg.timeout_ms : 10000;
+	uint64_t ms = leave_ms(m);
 	atomic_store(&m->draining, true);
 	if (!wait_for(m, is_drained, ms) || !m->group)
 		return;
@@ -517,8 +524,7 @@ void xfer_moe_destroy(xfer_moe_t *m)
 	 * by a rank that is slower to get there (a loaded machine). Each rank
 	 * told of the failure fails within the proxy's grace; bounded all the
 	 * same, a rank that hangs costs at most the deadline (capped at 10 s). */
-	uint64_t ms = m->cfg.timeout_ms < 10000 ? m->cfg.timeout_ms : 10000;
-	end = xi_moe_now_ns() + ms * 1000000ull;
+	end = xi_moe_now_ns() + leave_ms(m) * 1000000ull;
 	while (m->connected && atomic_load(&m->failed) && !all_concluded(m) && xi_moe_now_ns() < end)
 		nap_ms(1);
 	atomic_store(&m->closing, true);

@@ -41,21 +41,9 @@
  * long enough for a proxy thread on a loaded machine to get its turn. */
 #define ABORT_GRACE_NS 1000000000ull
 
-enum { ENT_ROUTE, ENT_PRIV, ENT_OVF, ENT_CONS, ENT_COMB };
-
 static uint64_t ud_make(int kind, int slot, uint32_t round, uint32_t src)
 {
 	return (uint64_t)kind << 56 | (uint64_t)slot << 52 | (uint64_t)round << 20 | src;
-}
-
-static uint32_t load_acq(volatile uint32_t *p)
-{
-	return atomic_load_explicit((_Atomic uint32_t *)p, memory_order_acquire);
-}
-
-static void store_rel(volatile uint32_t *p, uint32_t v)
-{
-	atomic_store_explicit((_Atomic uint32_t *)p, v, memory_order_release);
 }
 
 static void nap_ns(long ns)
@@ -84,30 +72,33 @@ static bool peer_dead(const struct xfer_moe *m, uint32_t r)
 	return r != m->cfg.rank && xfer_peer_state(m->e, m->peers[r].peer) == XFER_PEER_DEAD;
 }
 
-static void release_recv(struct xfer_moe *m, struct moe_slot *s)
+/* Raises a flag the receive kernels wait on (recv_flag, comb_flag) and adds
+ * the time since the phase began (since) to its statistic. */
+static void release_flag(struct xfer_moe *m, volatile uint32_t *flag, uint64_t *stat_ns, uint64_t since)
 {
 	uint64_t t = xi_moe_now_ns();
-	store_rel(&m->b.ctl->recv_flag, 1);
+	moe_store_rel(flag, 1);
 	pthread_mutex_lock(&m->st_lock);
-	m->st.route_to_recv_ns += t - s->t_start;
+	*stat_ns += t - since;
 	pthread_mutex_unlock(&m->st_lock);
+}
+
+static void release_recv(struct xfer_moe *m, struct moe_slot *s)
+{
+	release_flag(m, &m->b.ctl->recv_flag, &m->st.route_to_recv_ns, s->t_start);
 }
 
 static void release_comb(struct xfer_moe *m, struct moe_slot *s)
 {
-	uint64_t t = xi_moe_now_ns();
-	store_rel(&m->b.ctl->comb_flag, 1);
-	pthread_mutex_lock(&m->st_lock);
-	m->st.comb_to_flag_ns += t - s->t_comb;
-	pthread_mutex_unlock(&m->st_lock);
+	release_flag(m, &m->b.ctl->comb_flag, &m->st.comb_to_flag_ns, s->t_comb);
 }
 
 static void fail_op(struct xfer_moe *m, struct moe_slot *s, int kind, uint32_t round, uint32_t src,
 		    int res)
 {
 	if (kind >= MOE_OP_S_ROUTE) {
-		int k = kind == MOE_OP_S_ROUTE ? ENT_ROUTE : kind == MOE_OP_S_PRIV ? ENT_PRIV
-			: kind == MOE_OP_S_OVF ? ENT_OVF : kind == MOE_OP_S_CONS ? ENT_CONS : ENT_COMB;
+		int k = kind == MOE_OP_S_ROUTE ? MOE_ENT_ROUTE : kind == MOE_OP_S_PRIV ? MOE_ENT_PRIV
+			: kind == MOE_OP_S_OVF ? MOE_ENT_OVF : kind == MOE_OP_S_CONS ? MOE_ENT_CONS : MOE_ENT_COMB;
 		uint32_t rank = UINT32_MAX;
 		for (uint32_t i = 0; i < m->cfg.world_size; i++)
 			if (s->status[k][i] < 0) {
@@ -185,11 +176,11 @@ void xi_moe_proxy_cb(void *ctx, const struct xfer_cqe *cqe)
 	case MOE_OP_S_PRIV:
 	case MOE_OP_S_OVF:
 		if (atomic_fetch_sub(&s->tx_left, 1) == 1)
-			store_rel(&m->b.ctl->tx_ready, 1);
+			moe_store_rel(&m->b.ctl->tx_ready, 1);
 		break;
 	case MOE_OP_S_COMB:
 		if (atomic_fetch_sub(&s->comb_tx_left, 1) == 1)
-			store_rel(&m->b.ctl->comb_tx_ready, 1);
+			moe_store_rel(&m->b.ctl->comb_tx_ready, 1);
 		break;
 	default:
 		break;
@@ -268,14 +259,6 @@ static bool scatter(struct xfer_moe *m, struct moe_slot *s, int kind, int k, uin
 	return true;
 }
 
-static uint32_t *row_of(struct xfer_moe *m, uint32_t round, uint32_t r)
-{
-	uint32_t RV = m->z.route_words;
-	if (r == m->cfg.rank)
-		return (uint32_t *)m->b.route_vec + (round & 1) * RV;
-	return (uint32_t *)m->b.route_table + ((uint64_t)(round & 1) * m->cfg.world_size + r) * RV;
-}
-
 static bool remote(const struct xfer_moe *m, uint32_t r)
 {
 	return r != m->cfg.rank && m->peers[r].remote;
@@ -292,14 +275,14 @@ static void step_route(struct xfer_moe *m, struct moe_slot *s)
 	for (uint32_t r = 0; r < W; r++) {
 		if (r == me)
 			continue;
-		s->ent[ENT_ROUTE][n] = (struct xfer_scatter_entry){
+		s->ent[MOE_ENT_ROUTE][n] = (struct xfer_scatter_entry){
 			.member = m->peers[r].member, .src_off = (uint64_t)(s->round & 1) * RV * 4,
 			.len = (uint64_t)RV * 4, .dst = m->peers[r].rtab,
 			.dst_off = ((uint64_t)(s->round & 1) * W + me) * RV * 4};
 		n++;
 	}
 	atomic_fetch_add(&s->tx_left, 1);
-	if (!scatter(m, s, MOE_OP_S_ROUTE, ENT_ROUTE, n, m->mr_rv, MOE_PH_ROUTE))
+	if (!scatter(m, s, MOE_OP_S_ROUTE, MOE_ENT_ROUTE, n, m->mr_rv, MOE_PH_ROUTE))
 		atomic_fetch_sub(&s->tx_left, 1);
 	s->steps |= ST_ROUTE;
 }
@@ -315,7 +298,7 @@ static void step_priv(struct xfer_moe *m, struct moe_slot *s)
 		s->cons_from[d] = 0;
 		if (remote(m, d) && c && P) {
 			uint32_t k = c < P ? c : P;
-			s->ent[ENT_PRIV][n++] = (struct xfer_scatter_entry){
+			s->ent[MOE_ENT_PRIV][n++] = (struct xfer_scatter_entry){
 				.member = m->peers[d].member, .src_off = so * RB, .len = (uint64_t)k * RB,
 				.dst = m->peers[d].recv, .dst_off = (uint64_t)me * P * RB};
 			recs += k;
@@ -332,7 +315,7 @@ static void step_priv(struct xfer_moe *m, struct moe_slot *s)
 		if (s->cons_from[d])
 			expect(m, s, MOE_OP_E_CONS, MOE_PH_CONS, d, 1);
 	atomic_fetch_add(&s->tx_left, 1);
-	if (!scatter(m, s, MOE_OP_S_PRIV, ENT_PRIV, n, m->mr_send, MOE_PH_DATA))
+	if (!scatter(m, s, MOE_OP_S_PRIV, MOE_ENT_PRIV, n, m->mr_send, MOE_PH_DATA))
 		atomic_fetch_sub(&s->tx_left, 1);
 	pthread_mutex_lock(&m->st_lock);
 	m->st.private_records += recs;
@@ -345,7 +328,7 @@ static void step_rows(struct xfer_moe *m, struct moe_slot *s)
 	uint32_t W = m->cfg.world_size, E = m->cfg.num_experts, me = m->cfg.rank;
 	uint32_t P = m->cfg.private_tokens, RB = m->z.record_bytes, i = s->round;
 	for (uint32_t r = 0; r < W; r++) {
-		m->rows[r] = row_of(m, i, r);
+		m->rows[r] = moe_route_row(m, i, r);
 		int rc = xi_moe_route_valid(&m->cfg, i, r, m->rows[r]);
 		if (rc) {
 			xi_moe_fail(m, -EPROTO, r, "round %u: the route vector of rank %u is %s", i, r,
@@ -376,7 +359,7 @@ static void step_rows(struct xfer_moe *m, struct moe_slot *s)
 	for (uint32_t d = 0; d < W; d++) {
 		uint32_t c = s->rv[moe_rv_rec(E, d)];
 		if (remote(m, d) && c > P) {
-			s->ent[ENT_OVF][n++] = (struct xfer_scatter_entry){
+			s->ent[MOE_ENT_OVF][n++] = (struct xfer_scatter_entry){
 				.member = m->peers[d].member, .src_off = (so + P) * RB,
 				.len = (uint64_t)(c - P) * RB, .dst = m->peers[d].recv,
 				.dst_off = s->ovf_dst[d] * RB};
@@ -397,12 +380,12 @@ static void step_rows(struct xfer_moe *m, struct moe_slot *s)
 	if (atomic_fetch_sub(&s->data_left, 1) == 1 && !atomic_load(&m->failed))
 		release_recv(m, s);
 	atomic_fetch_add(&s->tx_left, 1);
-	if (!scatter(m, s, MOE_OP_S_OVF, ENT_OVF, n, m->mr_send, MOE_PH_DATA))
+	if (!scatter(m, s, MOE_OP_S_OVF, MOE_ENT_OVF, n, m->mr_send, MOE_PH_DATA))
 		atomic_fetch_sub(&s->tx_left, 1);
 	/* The guard taken at activation: route, private and overflow scatters
 	 * are all posted now, so the last to complete frees the send buffer. */
 	if (atomic_fetch_sub(&s->tx_left, 1) == 1)
-		store_rel(&m->b.ctl->tx_ready, 1);
+		moe_store_rel(&m->b.ctl->tx_ready, 1);
 	pthread_mutex_lock(&m->st_lock);
 	m->st.overflow_records += recs;
 	m->st.route_to_rows_ns += xi_moe_now_ns() - s->t_start;
@@ -415,9 +398,9 @@ static void step_cons(struct xfer_moe *m, struct moe_slot *s)
 	uint32_t W = m->cfg.world_size, n = 0;
 	for (uint32_t r = 0; r < W; r++)
 		if (remote(m, r) && s->plan.c[r])
-			s->ent[ENT_CONS][n++] = (struct xfer_scatter_entry){
+			s->ent[MOE_ENT_CONS][n++] = (struct xfer_scatter_entry){
 				.member = m->peers[r].member, .len = 0, .dst = m->peers[r].rtab};
-	scatter(m, s, MOE_OP_S_CONS, ENT_CONS, n, NULL, MOE_PH_CONS);
+	scatter(m, s, MOE_OP_S_CONS, MOE_ENT_CONS, n, NULL, MOE_PH_CONS);
 	s->steps |= ST_CONS;
 }
 
@@ -436,14 +419,14 @@ static void step_comb(struct xfer_moe *m, struct moe_slot *s)
 	uint32_t n = 0;
 	for (uint32_t r = 0; r < W; r++)
 		if (remote(m, r) && s->plan.pr[r])
-			s->ent[ENT_COMB][n++] = (struct xfer_scatter_entry){
+			s->ent[MOE_ENT_COMB][n++] = (struct xfer_scatter_entry){
 				.member = m->peers[r].member, .src_off = (uint64_t)s->plan.qbase[r] * CB,
 				.len = (uint64_t)s->plan.pr[r] * CB, .dst = m->peers[r].comb_recv,
 				.dst_off = (uint64_t)s->plan.cb[r] * CB};
 	atomic_store(&s->comb_tx_left, 1);
-	if (!scatter(m, s, MOE_OP_S_COMB, ENT_COMB, n, m->mr_comb_send, MOE_PH_COMB) ||
+	if (!scatter(m, s, MOE_OP_S_COMB, MOE_ENT_COMB, n, m->mr_comb_send, MOE_PH_COMB) ||
 	    atomic_load(&m->failed))
-		store_rel(&m->b.ctl->comb_tx_ready, 1);
+		moe_store_rel(&m->b.ctl->comb_tx_ready, 1);
 	pthread_mutex_lock(&m->st_lock);
 	m->st.combines++;
 	pthread_mutex_unlock(&m->st_lock);
@@ -499,7 +482,7 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 	uint64_t t0 = xi_moe_now_ns();
 	if (engine && !(s->steps & ST_ROUTE))
 		step_route(m, s);
-	if (engine && !(s->steps & ST_PRIV) && moe_round_ge(load_acq(&ctl->k_packed), i)) {
+	if (engine && !(s->steps & ST_PRIV) && moe_round_ge(moe_load_acq(&ctl->k_packed), i)) {
 		struct moe_slot *prev = &m->slot[(i - 1) & 1];
 		if (i == 1 || prev->round != i - 1 || !atomic_load(&prev->cons_left))
 			step_priv(m, s);
@@ -507,13 +490,13 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 	if (engine && (s->steps & ST_PRIV) && !(s->steps & ST_ROWS) && !atomic_load(&s->route_left))
 		step_rows(m, s);
 	if (!(s->steps & ST_CONS) && (!engine || (s->steps & ST_ROWS)) &&
-	    moe_round_ge(load_acq(&ctl->k_recv_done), i)) {
+	    moe_round_ge(moe_load_acq(&ctl->k_recv_done), i)) {
 		if (engine)
 			step_cons(m, s);
 		s->steps |= ST_CONS;
 	}
 	if (!(s->steps & (ST_COMB | ST_NOCOMB)) && (s->steps & ST_CONS) &&
-	    moe_round_ge(load_acq(&ctl->k_comb_packed), i)) {
+	    moe_round_ge(moe_load_acq(&ctl->k_comb_packed), i)) {
 		if (engine)
 			step_comb(m, s);
 		else
@@ -521,7 +504,7 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 		s->steps |= ST_COMB;
 	}
 	if ((s->steps & ST_COMB) && !(s->steps & ST_COMB_DONE) &&
-	    moe_round_ge(load_acq(&ctl->k_comb_done), i))
+	    moe_round_ge(moe_load_acq(&ctl->k_comb_done), i))
 		s->steps |= ST_COMB_DONE;
 	if (s->steps != before) {
 		pthread_mutex_lock(&m->st_lock);
@@ -539,7 +522,7 @@ static bool progress(struct xfer_moe *m, struct moe_slot *s, uint64_t now)
 static bool drained(struct xfer_moe *m)
 {
 	struct xfer_moe_ctl *ctl = m->b.ctl;
-	if (moe_round_ge(load_acq(&ctl->k_route), m->next_round))
+	if (moe_round_ge(moe_load_acq(&ctl->k_route), m->next_round))
 		return false;
 	for (int k = 0; k < 2; k++) {
 		struct moe_slot *s = &m->slot[k];
@@ -547,8 +530,8 @@ static bool drained(struct xfer_moe *m)
 			continue;
 		uint32_t i = s->round;
 		if (atomic_load(&s->ops) ||
-		    (moe_round_ge(load_acq(&ctl->k_recv_done), i) && !(s->steps & ST_CONS)) ||
-		    (moe_round_ge(load_acq(&ctl->k_comb_packed), i) && !(s->steps & ST_COMB)))
+		    (moe_round_ge(moe_load_acq(&ctl->k_recv_done), i) && !(s->steps & ST_CONS)) ||
+		    (moe_round_ge(moe_load_acq(&ctl->k_comb_packed), i) && !(s->steps & ST_COMB)))
 			return false;
 	}
 	return true;
@@ -558,13 +541,13 @@ static bool activate(struct xfer_moe *m, uint64_t now)
 {
 	struct xfer_moe_ctl *ctl = m->b.ctl;
 	uint32_t i = m->next_round;
-	if (!moe_round_ge(load_acq(&ctl->k_route), i))
+	if (!moe_round_ge(moe_load_acq(&ctl->k_route), i))
 		return false;
 	struct moe_slot *prev = &m->slot[(i - 1) & 1], *s = &m->slot[i & 1];
 	if (prev->active && prev->round == i - 1 && !(prev->steps & (ST_COMB | ST_NOCOMB))) {
 		/* The kernels ran the previous round's combine before this route
 		 * step, if they ran it at all: its word is already there. */
-		if (moe_round_ge(load_acq(&ctl->k_comb_packed), i - 1) || !(prev->steps & ST_CONS))
+		if (moe_round_ge(moe_load_acq(&ctl->k_comb_packed), i - 1) || !(prev->steps & ST_CONS))
 			return false;
 		prev->steps |= ST_NOCOMB;
 	}
@@ -656,7 +639,7 @@ void *xi_moe_proxy_main(void *arg)
 			nap_ns(1000000);
 			continue;
 		}
-		uint32_t kerr = load_acq(&m->b.ctl->k_error);
+		uint32_t kerr = moe_load_acq(&m->b.ctl->k_error);
 		if (kerr) {
 			uint32_t info = m->b.ctl->k_error_info, me = m->cfg.rank;
 			if (kerr == XFER_MOE_KERR_CAPACITY && (info & 0x80000000u))

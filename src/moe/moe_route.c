@@ -1,17 +1,13 @@
 /* The sender's routing: which record and which combine row each (token,
  * slot) gets, and the route vector that tells every other rank. The GPU
- * kernel (src/moe/cuda/moe_route.cuh) computes the same numbers in parallel;
+ * kernels (moe_route_kernel, moe_route_wide_kernel in src/moe/cuda/moe_kernels.cu)
+ * compute the same numbers in parallel;
  * this is the definition both are tested against. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "moe.h"
-
-static int64_t load_idx(const void *idx, uint32_t idx_bytes, uint64_t i)
-{
-	return idx_bytes == 8 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
-}
 
 void xi_moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint32_t n,
 		       const void *topk_idx, uint32_t idx_bytes, struct moe_route *r, uint32_t *rv)
@@ -23,7 +19,7 @@ void xi_moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint3
 		uint32_t dest[XFER_MOE_TOPK_MAX], lead_of[XFER_MOE_TOPK_MAX], seen[XFER_MOE_TOPK_MAX];
 		for (uint32_t k = 0; k < K; k++) {
 			uint64_t s = (uint64_t)t * K + k;
-			int64_t e = load_idx(topk_idx, idx_bytes, s);
+			int64_t e = moe_topk_at(topk_idx, idx_bytes, s);
 			dest[k] = UINT32_MAX;
 			if (e < 0 || e >= (int64_t)E) {
 				r->rec[s] = -1;
@@ -68,7 +64,7 @@ void xi_moe_route_compute(const struct xfer_moe_config *c, uint32_t round, uint3
 	for (uint64_t s = 0; s < (uint64_t)n * K; s++) {
 		if (r->rec[s] < 0)
 			continue;
-		uint32_t d = (uint32_t)load_idx(topk_idx, idx_bytes, s) / L;
+		uint32_t d = (uint32_t)moe_topk_at(topk_idx, idx_bytes, s) / L;
 		r->rec[s] += (int32_t)r->so[d];
 		r->comb[s] = (int32_t)(r->cbo[d] + r->pb[s] + r->q[s]);
 	}

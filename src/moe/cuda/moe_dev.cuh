@@ -70,41 +70,33 @@ struct moe_dev {
 
 #define ARENA(d, T, off) ((T *)((d).arena + (d).off))
 
-__device__ __forceinline__ uint32_t ld_acquire_sys(const volatile uint32_t *p)
-{
-	uint32_t v;
-	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ __forceinline__ void st_release_sys(volatile uint32_t *p, uint32_t v)
-{
-	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint32_t ld_acquire_gpu(const volatile uint32_t *p)
-{
-	uint32_t v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ __forceinline__ uint32_t ld_relaxed_sys(const volatile uint32_t *p)
-{
-	uint32_t v;
-	asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ __forceinline__ void st_release_gpu(volatile uint32_t *p, uint32_t v)
-{
-	asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void st_relaxed_sys(volatile uint32_t *p, uint32_t v)
-{
-	asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+/*
+ * 32-bit flag loads and stores of a given ordering and scope, one PTX
+ * instruction each, made by the two macros below: ld_acquire_sys,
+ * ld_acquire_gpu, ld_relaxed_sys, st_release_sys, st_release_gpu,
+ * st_relaxed_sys (the only ones used). The memory clobber keeps the
+ * compiler from moving other accesses across them.
+ */
+#define MOE_FLAG_LOAD(sem, scope)                                                                  \
+	__device__ __forceinline__ uint32_t ld_##sem##_##scope(const volatile uint32_t *p)         \
+	{                                                                                          \
+		uint32_t v;                                                                        \
+		asm volatile("ld." #sem "." #scope ".global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); \
+		return v;                                                                          \
+	}
+#define MOE_FLAG_STORE(sem, scope)                                                                 \
+	__device__ __forceinline__ void st_##sem##_##scope(volatile uint32_t *p, uint32_t v)       \
+	{                                                                                          \
+		asm volatile("st." #sem "." #scope ".global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); \
+	}
+MOE_FLAG_LOAD(acquire, sys)
+MOE_FLAG_LOAD(acquire, gpu)
+MOE_FLAG_LOAD(relaxed, sys)
+MOE_FLAG_STORE(release, sys)
+MOE_FLAG_STORE(release, gpu)
+MOE_FLAG_STORE(relaxed, sys)
+#undef MOE_FLAG_LOAD
+#undef MOE_FLAG_STORE
 
 __device__ __forceinline__ uint64_t global_ns()
 {
@@ -150,6 +142,16 @@ __device__ __forceinline__ void st_release_peer(const moe_dev &d, volatile uint3
 		st_release_gpu(p, v);
 }
 
+/* The acquire that pairs with a flag's release: system scope for the
+ * proxy's flags (host = 1: it writes from the CPU) and for peers' when d.sys. */
+__device__ __forceinline__ void ld_acquire_flag(const moe_dev &d, const volatile uint32_t *p, bool host)
+{
+	if (host || d.sys)
+		(void)ld_acquire_sys(p);
+	else
+		(void)ld_acquire_gpu(p);
+}
+
 __device__ __forceinline__ void st_ctl(const moe_dev &d, volatile uint32_t *p, uint32_t v)
 {
 	if (d.n_remote)
@@ -192,6 +194,20 @@ __device__ __forceinline__ void trace_at(const moe_dev &d, uint32_t round, uint3
 	if (d.trace)
 		ARENA(d, uint64_t, o_trace)[((uint64_t)(round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N + k) * 2 + end] =
 			global_ns();
+}
+
+/* The route kernel opens the round's trace slot (one thread): the stamps of the
+ * older round that used the slot out first, then the round number and the
+ * route kernel's start, taken when its block began (t_start). */
+__device__ __forceinline__ void trace_begin_round(const moe_dev &d, uint32_t round, uint64_t t_start)
+{
+	if (!d.trace)
+		return;
+	uint64_t *tr = ARENA(d, uint64_t, o_trace) + (uint64_t)(round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N * 2;
+	for (uint32_t i = 0; i < 2 * KT_N; i++)
+		tr[i] = 0;
+	tr[2 * KT_ROUND] = round;
+	tr[2 * KT_ROUTE] = t_start;
 }
 
 /*

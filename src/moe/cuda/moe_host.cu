@@ -177,6 +177,16 @@ struct xfer_moe_cuda {
 	bool connected;
 };
 
+/* An XFER_MOE_* on/off switch (docs/moe.md): unset or empty gives
+ * the default, "0" off, anything else on. */
+static bool env_switch(const char *name, bool dflt)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return dflt;
+	return strcmp(v, "0") != 0;
+}
+
 static uint64_t place(uint64_t *at, uint64_t bytes)
 {
 	uint64_t o = *at;
@@ -376,16 +386,11 @@ static int create(const struct xfer_moe_config *c, int device, int wait, xfer_mo
 	d.n_remote = g->z.remote_ranks;
 	d.comb_send_rows = (uint32_t)g->z.comb_send_rows;
 	d.timeout_ns = k.timeout_ms * 1000000ull;
-	const char *tr = getenv("XFER_MOE_TRACE");
-	d.trace = tr && *tr && strcmp(tr, "0") != 0;
-	const char *fu = getenv("XFER_MOE_FUSE");
-	g->fuse = !(fu && strcmp(fu, "0") == 0);
-	const char *rw = getenv("XFER_MOE_ROUTE_WIDE");
-	g->route_wide = !(rw && strcmp(rw, "0") == 0);
-	const char *rpk = getenv("XFER_MOE_ROUTE_PACK");
-	g->route_pack = !(rpk && strcmp(rpk, "0") == 0);
-	const char *pd = getenv("XFER_MOE_PDL");
-	g->pdl = !(pd && strcmp(pd, "0") == 0) && wait == XFER_MOE_WAIT_KERNEL; /* on by default (kernel waits) */
+	d.trace = env_switch("XFER_MOE_TRACE", false);
+	g->fuse = env_switch("XFER_MOE_FUSE", true);
+	g->route_wide = env_switch("XFER_MOE_ROUTE_WIDE", true);
+	g->route_pack = env_switch("XFER_MOE_ROUTE_PACK", true);
+	g->pdl = env_switch("XFER_MOE_PDL", true) && wait == XFER_MOE_WAIT_KERNEL; /* on by default (kernel waits) */
 	layout_arena(g);
 	int rc;
 	if ((rc = alloc_dev(&g->arena, g->arena_bytes, "cudaMalloc (arena)")) ||
@@ -536,8 +541,7 @@ extern "C" XFER_MOE_CUDA_API int xfer_moe_cuda_connect(xfer_moe_cuda_t *g, const
 	/* System-scope flags only when needed (moe_dev.cuh, fence_peers): a
 	 * same-host rank on another GPU, or stream waits (the stream's front
 	 * end reads the flags, not an SM thread of this GPU). */
-	const char *sf = getenv("XFER_MOE_SYS_FENCES");
-	g->d.sys = (sf && *sf && strcmp(sf, "0") != 0) || g->wait == XFER_MOE_WAIT_STREAM;
+	g->d.sys = env_switch("XFER_MOE_SYS_FENCES", false) || g->wait == XFER_MOE_WAIT_STREAM;
 	for (uint32_t s = 0; s < W; s++) {
 		if (s == g->d.me || !g->same[s])
 			continue;

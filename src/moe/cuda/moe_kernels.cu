@@ -27,6 +27,22 @@
 
 /* ------------------------------------------------------------------ wait */
 
+/* The flags of wait point wp: device addresses (ours or a peer's arena,
+ * or the proxy's mapped words), d.wait_n[wp] of them; the parallel list at
+ * o_wait_rank names the rank each waits for (UINT32_MAX: the proxy). */
+__device__ __forceinline__ const uint64_t *wait_list(const moe_dev &d, uint32_t wp)
+{
+	return ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
+}
+
+/* One thread lowers every flag of wp (a wait that left them raised). */
+__device__ __forceinline__ void lower_flags(const moe_dev &d, uint32_t wp)
+{
+	const uint64_t *flags = wait_list(d, wp);
+	for (uint32_t f = 0; f < d.wait_n[wp]; f++)
+		*(volatile uint32_t *)flags[f] = 0u;
+}
+
 /* A wait point, run by one warp (threads 0..31 of a block): spins until
  * each of its flags is 1, then lowers it; the deadline, or the proxy's
  * failure, ends the wait. Its own kernel, or (XFER_MOE_FUSE=1, kernel
@@ -34,7 +50,7 @@
  * launch fewer each. */
 __device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round, bool lower = true, bool stamp = true)
 {
-	const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)wp * (d.W + 1);
+	const uint64_t *flags = wait_list(d, wp);
 	const uint32_t *ranks = ARENA(d, const uint32_t, o_wait_rank) + (uint64_t)wp * (d.W + 1);
 	const uint32_t kt = wp == WP_SEND ? KT_WAIT_SEND : wp == WP_RECV ? KT_WAIT_RECV
 			    : wp == WP_CSEND ? KT_WAIT_CSEND : KT_WAIT_CRECV;
@@ -64,10 +80,7 @@ __device__ void wait_flags(const moe_dev &d, uint32_t wp, uint32_t round, bool l
 			}
 			__nanosleep(64);
 		}
-		if (host || d.sys)
-			(void)ld_acquire_sys(p);
-		else
-			(void)ld_acquire_gpu(p);
+		ld_acquire_flag(d, p, host);
 		if (lower) /* else the grid's last block lowers them (moe_route_pack_kernel) */
 			*p = 0u;
 	}
@@ -204,6 +217,40 @@ __device__ __forceinline__ void route_finish(const moe_dev &d, const uint32_t *s
 	ARENA(d, int32_t, o_tcomb)[s] = (int32_t)(cbo[dd] + pb + x.q);
 }
 
+/*
+ * The route vector of the round (moe_format.h's layout: pairs per expert,
+ * records and pairs per rank, the round's stamp, the token count), written
+ * by the block that holds the totals to every place a reader looks: the
+ * proxy's pinned host copy (with remote ranks; it scatters it) and each
+ * same-host rank's route table (IPC), in the slot of this round's parity.
+ * Ours is among them (we are a same-host rank of ourselves): the plan
+ * kernel reads every same-host source, this rank included, from its own
+ * table (remote ones from the host copy the proxy received). Block-
+ * collective; both route kernels end their counting with it.
+ */
+__device__ __forceinline__ void publish_route_vector(const moe_dev &d, uint32_t round, uint32_t n,
+						     const uint32_t *per_expert, const uint32_t *rank_records,
+						     const uint32_t *rank_pairs)
+{
+	const uint32_t E = d.E, W = d.W, RV = d.RV, par = round & 1u;
+	for (uint32_t dst = 0; dst <= W; dst++) {
+		uint32_t *out;
+		if (dst == W) {
+			if (!d.n_remote)
+				continue;
+			out = d.rv_host + (uint64_t)par * RV;
+		} else {
+			if (!same_host(d, dst))
+				continue;
+			out = (uint32_t *)(peer_arena(d, dst) + d.o_route) + ((uint64_t)par * W + d.me) * RV;
+		}
+		for (uint32_t i = threadIdx.x; i < RV; i += blockDim.x)
+			out[i] = i < E ? per_expert[i] : i < E + W ? rank_records[i - E]
+				: i < E + 2 * W ? rank_pairs[i - E - W] : i == moe_rv_stamp(E, W) ? round
+				: i == moe_rv_ntok(E, W) ? n : 0u;
+	}
+}
+
 /* Up to 32 warps: 64 registers a thread at most (the slot cache must not
  * make a 1,024-thread launch fail). */
 __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, const void *idx, int idx_bytes,
@@ -223,14 +270,7 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 		uint32_t *rp = ARENA(d, uint32_t, o_round);
 		s_round = *rp + 1;
 		*rp = s_round;
-		if (d.trace) { /* this round's slot: stale stamps of an older round out first */
-			uint64_t *tr = ARENA(d, uint64_t, o_trace) +
-				       (uint64_t)(s_round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N * 2;
-			for (uint32_t i = 0; i < 2 * KT_N; i++)
-				tr[i] = 0;
-			tr[2 * KT_ROUND] = s_round;
-			tr[2 * KT_ROUTE] = t_start;
-		}
+		trace_begin_round(d, s_round, t_start);
 	}
 	__syncthreads();
 	const uint32_t round = s_round;
@@ -310,23 +350,7 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(moe_dev d, uint32_t n, 
 			route_finish(d, sm, w, (uint64_t)t * K + lane, cur);
 		}
 	}
-	/* The route vector: ours, the proxy's (pinned host), same-host ranks'. */
-	const uint32_t RV = d.RV, par = round & 1u;
-	for (uint32_t dst = 0; dst <= W; dst++) {
-		uint32_t *out;
-		if (dst == W) {
-			if (!d.n_remote)
-				continue;
-			out = d.rv_host + (uint64_t)par * RV;
-		} else {
-			if (!same_host(d, dst))
-				continue;
-			out = (uint32_t *)(peer_arena(d, dst) + d.o_route) + ((uint64_t)par * W + d.me) * RV;
-		}
-		for (uint32_t i = tid; i < RV; i += bd)
-			out[i] = i < E ? tot_e[i] : i < E + W ? tot_r[i - E] : i < E + 2 * W ? tot_p[i - E - W]
-				: i == E + 2 * W ? round : i == E + 2 * W + 1 ? n : 0u;
-	}
+	publish_route_vector(d, round, n, tot_e, tot_r, tot_p);
 	__syncthreads();
 	if (tid == 0) {
 		fence_peers(d);
@@ -387,13 +411,8 @@ __device__ uint32_t route_wide(const moe_dev &d, uint32_t n, const void *idx, in
 		c_all[i] = 0;
 	__syncthreads();
 	const uint32_t round = s_round;
-	if (b == 0 && tid == 0 && d.trace) { /* this round's slot: stale stamps of an older round out first */
-		uint64_t *tr = ARENA(d, uint64_t, o_trace) + (uint64_t)(round % XFER_MOE_CUDA_TRACE_ROUNDS) * KT_N * 2;
-		for (uint32_t i = 0; i < 2 * KT_N; i++)
-			tr[i] = 0;
-		tr[2 * KT_ROUND] = round;
-		tr[2 * KT_ROUTE] = t_start;
-	}
+	if (b == 0 && tid == 0)
+		trace_begin_round(d, round, t_start);
 	const uint32_t t = b - 1; /* this block's token (b > 0) */
 	for (uint32_t i = tid; i < NP; i += bd) {
 		const int32_t e = s_x[i];
@@ -497,22 +516,7 @@ __device__ uint32_t route_wide(const moe_dev &d, uint32_t n, const void *idx, in
 			}
 		}
 		__syncthreads();
-		const uint32_t RV = d.RV, par = round & 1u;
-		for (uint32_t dst = 0; dst <= W; dst++) {
-			uint32_t *out;
-			if (dst == W) {
-				if (!d.n_remote)
-					continue;
-				out = d.rv_host + (uint64_t)par * RV;
-			} else {
-				if (!same_host(d, dst))
-					continue;
-				out = (uint32_t *)(peer_arena(d, dst) + d.o_route) + ((uint64_t)par * W + d.me) * RV;
-			}
-			for (uint32_t i = tid; i < RV; i += bd)
-				out[i] = i < E ? c_all[i] : i < E + W ? r_rec[i - E] : i < E + 2 * W ? r_pair[i - E - W]
-					: i == E + 2 * W ? round : i == E + 2 * W + 1 ? n : 0u;
-		}
+		publish_route_vector(d, round, n, c_all, r_rec, r_pair);
 	}
 	__syncthreads(); /* tok complete */
 	return round;
@@ -717,9 +721,7 @@ __global__ void __launch_bounds__(1024) moe_route_pack_kernel(moe_dev d, uint32_
 	if (!last_block(d, CNT_ROUTE))
 		return;
 	if (threadIdx.x == 0) {
-		const uint64_t *flags = ARENA(d, const uint64_t, o_wait) + (uint64_t)WP_SEND * (d.W + 1);
-		for (uint32_t f = 0; f < d.wait_n[WP_SEND]; f++)
-			*(volatile uint32_t *)flags[f] = 0u;
+		lower_flags(d, WP_SEND);
 		*ARENA(d, uint32_t, o_round) = round;
 		fence_peers(d);
 		st_ctl(d, &d.ctl->k_route, round);
