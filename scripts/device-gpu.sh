@@ -1,41 +1,165 @@
 #!/usr/bin/env bash
-# GPU checks of branch gpu (issue 14): the paged GPU->GPU write as one
-# gather/scatter kernel per call on the same-host CUDA IPC path. Builds
-# nothing: run from the repository root with build/ of this branch carried
-# over (made where nvcc exists, so libxfer embeds the kernels' fatbin).
+# GPU checks of issue 14 (the GPU data path): xfer-gpu-bench rows against a
+# baseline measured in the same run, the A/B switches of the copy path in
+# the same session, traced rows, then the C GPU tests. Builds nothing: run
+# from the repository root with build/ carried over (made where nvcc exists,
+# so libxfer embeds the kernels' fatbin).
 #
-#   scripts/device-gpu.sh OUT_DIR
+#   scripts/device-gpu.sh OUT_DIR [PLAN ...]      (OUT_DIR default: $OUT)
 #
-# Steps, most important first, each with its own timeout and log; all logs
-# end up in OUT_DIR/gpu-logs.tgz too (the device tool returns few files).
-# About 40 s on 1x H200 (run of 2026-12-01: bench ~20 s, watcher-latency
-# 9 s, tests 1 s each); timeouts add up to 90 s. DEVICE_GPU_FULL=1 adds the
-# copy-engine and index-mode variants of the paged rows (~40 s more).
-#   bench          xfer-gpu-bench: paged 4/16/64 KiB x 1,024 and x 16,384
-#                  (random permutations, bytes verified) and single writes
-#                  64 KiB..1 GiB, 1 and 16 in flight, vs a contiguous
-#                  cross-process device copy in the same run
-#   watcher-latency  events 2 ms / 100 us apart, 2,000 each in one CUDA Graph:
-#                  default watcher (spin mode), then hybrid spin_us 50
-#   test-ipc-shm   test_gpu ipc (bytes verified, odd-sized pages included:
-#                  the kernel's unaligned path), test-staged-shm test_gpu staged
-#   full only: bench-engine (XFER_GPU_KERNEL=0), bench-device and
-#                  bench-mapped (XFER_GPU_INDEX), scatter-ipc, tcp, watcher
+# Plans run in the order given (default ORDER below: the rows that still miss
+# their targets first); each step has its own timeout and log OUT_DIR/NAME.log,
+# a line in OUT_DIR/steps.log, and all logs end up in OUT_DIR/gpu-logs.tgz.
+# Step times on 1x H200 (runs of 2026-12-01): a full bench 2 s, one plan's
+# bench rows 1-4 s each, a test 1-2 s. REPS (default 3) repeats bench rows:
+# one run's ratio moves by up to ~0.2 between runs of one setting.
+#   paged    XFER_BENCH_ONLY=paged, REPS times for each paged kernel
+#            (XFER_GPU_PAGES=warp|tile|bulk; tile is the default), plus each with
+#            XFER_GPU_INDEX=device (page lists copied to the GPU first)  ~60 s
+#   single   XFER_BENCH_ONLY=single REPS times (lone copies by the copy
+#            engine), then XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G
+#            (every single write by the kernel) twice, then XFER_SPIN_US=1000
+#            (no worker or waiter sleeps during a long copy) REPS times     ~35 s
+#   staged   XFER_BENCH_ONLY=staged on tcp and shm, STAGED_REPS (default 2)
+#            times each of: defaults, XFER_GPU_STAGE=kernel (staging copies
+#            batched into the kernel's launches), XFER_GPU_STAGE_AHEAD=1 (the
+#            staging of queued ops starts while the FIFO head waits), both ~50 s
+#   trace    one row alone with XFER_GPU_TRACE (stage summary in the log):
+#            16384 x 4 KiB and x 16 KiB for each kernel, single 1 MiB and
+#            256 MiB (and with XFER_SPIN_US=1000), staged single 64 KiB on
+#            shm (default, both staging switches)                          ~25 s
+#   tests    test_gpu ipc/staged/h2g/g2h/scatter-* on shm and tcp (native
+#            modes skip: no FI_HMEM provider there), ipc/scatter-ipc/staged
+#            with XFER_GPU_PAGES=warp and =bulk, staged modes with both
+#            staging switches (bytes verified, odd page sizes included),
+#            test_gpu_signal ipc and staged (and staged with both)       ~45 s
+#   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
+#   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
+#            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
+#            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
+# (This folds in the former scripts/device-gpu3.sh: its list is
+#  `full staged trace tests`.)
 set -uo pipefail
-out=${1:?usage: scripts/device-gpu.sh OUT_DIR}
+out=${1:-${OUT:?usage: scripts/device-gpu.sh OUT_DIR [PLAN ...]}}
+shift $(($# > 0 ? 1 : 0))
+ORDER=${*:-paged single staged trace tests watcher}
+REPS=${REPS:-3}
 . "$(dirname "$0")/device-gpu-lib.sh"
-step bench 40 build/bin/xfer-gpu-bench
-step watcher-latency 20 build/bin/test_gpu watcher-latency
-step test-ipc-shm 15 env XFER_TEST_PROVIDER=shm build/bin/test_gpu ipc
-step test-staged-shm 15 env XFER_TEST_PROVIDER=shm build/bin/test_gpu staged
-if [ -n "${DEVICE_GPU_FULL:-}" ]; then
-	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged build/bin/xfer-gpu-bench
-	step bench-device 20 env XFER_GPU_INDEX=device XFER_BENCH_ONLY=paged build/bin/xfer-gpu-bench
-	step bench-mapped 20 env XFER_GPU_INDEX=mapped XFER_BENCH_ONLY=paged build/bin/xfer-gpu-bench
-	step test-scatter-ipc-shm 15 env XFER_TEST_PROVIDER=shm build/bin/test_gpu scatter-ipc
-	step test-ipc-tcp 15 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu ipc
-	step watcher 15 build/bin/test_gpu watcher
-fi
+git rev-parse HEAD >>"$out/env.log" 2>&1
+B=build/bin/xfer-gpu-bench
+T=build/bin/test_gpu
+
+# A paged kernel whose first bench step failed (or hung) is not run again:
+# its other steps would only spend the window's time in timeouts.
+KERNELS="warp tile bulk"
+# The exit status of the latest step, from its line in steps.log (the step
+# runner of device-gpu-lib.sh returns 0 so that a plan goes on).
+last_rc() { tail -1 "$out/steps.log" | sed -n 's/.*: rc=\([0-9]*\) in .*/\1/p'; }
+drop_kernel() { KERNELS=$(echo " $KERNELS " | sed "s/ $1 / /"); echo "dropping XFER_GPU_PAGES=$1 from later steps" | tee -a "$out/steps.log"; }
+
+plan_paged() {
+	local r k
+	for r in $(seq "$REPS"); do
+		for k in $KERNELS; do
+			step paged-$k-r$r 10 env XFER_GPU_PAGES=$k XFER_BENCH_ONLY=paged $B
+			local rc=$(last_rc)
+			[ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$k" != tile ] && drop_kernel $k
+		done
+	done
+	for k in $KERNELS; do
+		step paged-$k-devidx 10 env XFER_GPU_PAGES=$k XFER_GPU_INDEX=device XFER_BENCH_ONLY=paged $B
+	done
+}
+
+plan_single() {
+	local r
+	for r in $(seq "$REPS"); do step single-r$r 20 env XFER_BENCH_ONLY=single $B; done
+	for r in 1 2; do
+		step single-kernel-r$r 20 env XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G XFER_BENCH_ONLY=single $B
+	done
+	# Run gpu5-1: a 256 MiB copy took 133 us, the write ~174 us: the default
+	# spin_us (50) lets the target's worker and the waiting application
+	# sleep during a long copy; 1 ms of spinning says what the wake-ups cost.
+	for r in $(seq "$REPS"); do step single-spin-r$r 20 env XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B; done
+}
+
+# Staging A/B: default (one copy-engine copy per op, each op's staging only
+# once the op before it left the FIFO), kernel (XFER_GPU_STAGE=kernel),
+# ahead (XFER_GPU_STAGE_AHEAD=1: staging of queued ops starts early), both.
+STAGE_AB="default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"
+plan_staged() {
+	local r p v
+	for r in $(seq "${STAGED_REPS:-2}"); do
+		for p in tcp shm; do
+			for v in $STAGE_AB; do
+				local envs=${v#*:}
+				step staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+			done
+		done
+	done
+}
+
+plan_trace() {
+	local k
+	for k in $KERNELS; do
+		step trace-p16k4k-$k 10 env XFER_GPU_PAGES=$k XFER_BENCH_ROW=1 XFER_GPU_TRACE="$out/trace-p16k4k-$k.csv" $B
+		step trace-p16k16k-$k 10 env XFER_GPU_PAGES=$k XFER_BENCH_ROW=3 XFER_GPU_TRACE="$out/trace-p16k16k-$k.csv" $B
+	done
+	step trace-s1m 10 env XFER_BENCH_ROW=7 XFER_GPU_TRACE="$out/trace-s1m.csv" $B
+	step trace-s256m 10 env XFER_BENCH_ROW=9 XFER_GPU_TRACE="$out/trace-s256m.csv" $B
+	step trace-s256m-spin 10 env XFER_SPIN_US=1000 XFER_BENCH_ROW=9 XFER_GPU_TRACE="$out/trace-s256m-spin.csv" $B
+	step trace-staged64k-shm 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 \
+		XFER_GPU_TRACE="$out/trace-staged64k.csv" $B
+	step trace-staged64k-shm-both 10 env XFER_GPU_STAGE=kernel XFER_GPU_STAGE_AHEAD=1 XFER_BENCH_ONLY=staged \
+		XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/trace-staged64k-both.csv" $B
+}
+
+plan_tests() {
+	local p m k
+	for p in shm tcp; do
+		for m in ipc staged h2g g2h native scatter-ipc scatter-staged scatter-native; do
+			step test-$m-$p 30 env XFER_TEST_PROVIDER=$p $T $m
+		done
+	done
+	for k in $KERNELS; do
+		[ $k = tile ] && continue # the default: the steps above
+		for m in ipc scatter-ipc staged; do
+			step test-$m-shm-$k 15 env XFER_GPU_PAGES=$k XFER_TEST_PROVIDER=shm $T $m
+		done
+	done
+	local both="XFER_GPU_STAGE=kernel XFER_GPU_STAGE_AHEAD=1"
+	for p in tcp shm; do
+		for m in staged scatter-staged; do
+			step test-$m-$p-stageboth 30 env $both XFER_TEST_PROVIDER=$p $T $m
+		done
+	done
+	step test-signal-ipc-shm 20 env XFER_TEST_PROVIDER=shm build/bin/test_gpu_signal ipc
+	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
+	step test-signal-staged-tcp-stageboth 20 env $both XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
+}
+
+plan_watcher() {
+	step watcher 30 $T watcher
+	step watcher-latency 30 $T watcher-latency
+}
+
+plan_full() {
+	step bench 20 $B
+	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
+	step bench-old 20 env XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 $B
+	step bench-spread 15 env XFER_GPU_SPREAD=1 XFER_BENCH_ONLY=paged $B
+	step bench-mapped 15 env XFER_GPU_INDEX=mapped XFER_BENCH_ONLY=paged $B
+}
+
+for plan in $ORDER; do
+	if declare -F "plan_$plan" >/dev/null; then
+		echo "== plan $plan" >>"$out/steps.log"
+		"plan_$plan"
+	else
+		echo "unknown plan $plan (known: paged single staged trace tests watcher full)" | tee -a "$out/steps.log"
+		fails=$((fails + 1))
+	fi
+done
 echo "device-gpu: $fails step(s) failed" | tee -a "$out/steps.log"
-tar -czf "$out/gpu-logs.tgz" -C "$out" $(cd "$out" && ls *.log) 2>/dev/null
+tar -czf "$out/gpu-logs.tgz" -C "$out" $(cd "$out" && ls *.log *.csv.* 2>/dev/null) 2>/dev/null
 exit $((fails > 0))

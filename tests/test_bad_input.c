@@ -59,13 +59,18 @@ static int initiator(int idx, int fd, void *arg)
 	struct xfer_write badflag = {.src = mr, .dst = dst, .len = 4, .flags = 0x80};
 	expect_rc(xfer_write(e, &badflag, NULL), -EINVAL, "unknown flag");
 
-	uint32_t ok_idx[2] = {0, 1}, huge[2] = {0, UINT32_MAX}, far[2] = {1, 2};
+	uint32_t ok_idx[2] = {0, 1}, huge[2] = {0, UINT32_MAX}, far[2] = {1, 2}, mid[3] = {0, UINT32_MAX, 1};
 	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = 1024, .src_pages = ok_idx,
 				      .src_stride = 1024, .dst_pages = ok_idx, .dst_stride = 1024,
 				      .npages = 2, .imm = 9, .flags = XFER_F_IMM};
 	struct xfer_paged_write p = pw;
 	p.dst_pages = huge;
 	expect_rc(xfer_write_paged(e, &p, NULL), -EINVAL, "page index past region");
+	p = pw;
+	p.src_pages = mid; /* the bad index neither first nor last */
+	p.dst_pages = (uint32_t[3]){0, 1, 0};
+	p.npages = 3;
+	expect_rc(xfer_write_paged(e, &p, NULL), -EINVAL, "source page index past region mid-list");
 	p = pw;
 	p.dst_stride = M / 2 + 1;
 	expect_rc(xfer_write_paged(e, &p, NULL), -EINVAL, "index * stride overflows");

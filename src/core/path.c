@@ -692,12 +692,37 @@ void xi_path_accept(struct worker *w, const struct sub *s)
 	xi_op_enqueue(w, op);
 }
 
+/* Ops behind a FIFO head that waits whose source staging may start now. */
+#define STAGE_AHEAD 32
+
+/* The head waits (for its source's staging copy, credit, ...): the staging
+ * copies of the ops behind it start now, so that their copies overlap (and
+ * share a launch, XFER_GPU_STAGE=kernel) instead of each op's copy starting
+ * only once the op before it has left the FIFO. Their requests still go in
+ * FIFO order. Restaging bytes an op before it still sends is harmless: a
+ * source may not change until its write completes, so the bytes are the
+ * same. XFER_GPU_STAGE_AHEAD=1 (off by default until measured). */
+static void stage_ahead(struct worker *w, struct op *head)
+{
+	if (!xi_gpu_stage_ahead(w->gpu))
+		return;
+	int k = 0;
+	for (struct op *op = head->next_post; op && k < STAGE_AHEAD; op = op->next_post, k++) {
+		if (!op->src_mirror || op->src_staged || op->src_staging || op->src_stage_failed)
+			continue;
+		if (stage_source(w, op) == -EAGAIN && !op->src_staging)
+			break; /* no wr or the copies ring is full: later */
+	}
+}
+
 int xi_path_post_pending(struct worker *w)
 {
 	int n = 0;
 	for (struct op *op; (op = xi_op_fifo_head(w));) {
-		if (op->path->post(w, op) == -EAGAIN)
+		if (op->path->post(w, op) == -EAGAIN) {
+			stage_ahead(w, op);
 			break;
+		}
 		xi_op_fifo_pop(w);
 		op->path->settle(w, op);
 		n++;

@@ -45,6 +45,11 @@ struct kbatch {
 	uint32_t waiting;
 	uint32_t trace;
 	uint64_t bytes;
+	/* Its first job's host end, where that job copies to (from) a mapped
+	 * pinned buffer: a batch of that job alone goes to the copy engine as a
+	 * DtoH (HtoD) copy. */
+	void *lone_hdst;
+	const void *lone_hsrc;
 };
 
 /* Page lists of kernels in flight: pinned host memory written here, which
@@ -56,7 +61,7 @@ struct kbatch {
 struct gpu_kernels {
 	int state; /* 0 not tried, 1 loaded, -1 unavailable on this device */
 	CUmodule mod;
-	CUfunction fn;
+	CUfunction fn, fn_tile, fn_bulk; /* the last two NULL where the fatbin lacks them */
 	unsigned sms;
 	uint8_t *host; /* IDX_RING bytes */
 	CUdeviceptr host_dev, dev;
@@ -92,7 +97,12 @@ struct xi_gpu {
 	bool trace_tried;
 	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
+	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
+	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
+	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
+
+enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
 
 static bool env_is(const char *name, const char *value)
 {
@@ -130,6 +140,12 @@ struct xi_gpu *xi_gpu_create(void)
 	 * copy for 16/64 KiB pages), likely for want of TLB locality. */
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
+	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
+	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
+	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
+	 * it was the best or within noise of the best on every paged row and
+	 * the steadiest (docs/performance.md). */
+	g->pages_kind = env_is("XFER_GPU_PAGES", "warp") ? PAGES_WARP : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_TILE;
 	return g;
 }
 
@@ -226,7 +242,19 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		sms = 132;
 	k->sms = (unsigned)sms;
 	k->state = 1;
-	xinfo("GPU copy kernels loaded on device %d (%d SMs)", dev, sms);
+	if (g->pages_kind != PAGES_WARP) {
+		/* Loaded now for the same reason as the warp kernel (lazy
+		 * loading, xi_gpu_prepare); one that will not load leaves the
+		 * warp kernel to do its launches. */
+		const char *name = g->pages_kind == PAGES_TILE ? XI_PAGES_KERNEL_TILE : XI_PAGES_KERNEL_BULK;
+		CUfunction *fn = g->pages_kind == PAGES_TILE ? &k->fn_tile : &k->fn_bulk;
+		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn))) {
+			*fn = NULL;
+			xwarn("XFER_GPU_PAGES: %s would not load: the warp kernel copies", name);
+		}
+	}
+	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s)", dev, sms,
+	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL);
 	return k;
 }
 
@@ -247,10 +275,21 @@ static void launch_batch(struct xi_gpu *g)
 	const struct cuda_api *c = g->c;
 	struct gpu_kernels *k = &g->k[b->dev];
 	CUstream st = stream_of(g, b->dev);
-	uint64_t warps_per_cta = XI_PAGES_THREADS / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
+	/* The kernel: XFER_GPU_PAGES's where loaded (bulk copies need every
+	 * address and length aligned), else the warp kernel. */
+	CUfunction fn = k->fn;
+	unsigned threads = XI_PAGES_THREADS, per_sm = XI_PAGES_CTAS_PER_SM;
+	if (k->fn_tile) {
+		fn = k->fn_tile;
+	} else if (k->fn_bulk && b->a.aligned) {
+		fn = k->fn_bulk;
+		threads = XI_BULK_THREADS;
+		per_sm = XI_BULK_CTAS_PER_SM;
+	}
+	uint64_t warps_per_cta = threads / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
 	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
 	 * grid-stride loop. */
-	uint64_t most = (uint64_t)k->sms * XI_PAGES_CTAS_PER_SM;
+	uint64_t most = (uint64_t)k->sms * per_sm;
 	if (most > XI_GPU_MAX_CTAS)
 		most = XI_GPU_MAX_CTAS;
 	if (g->spread)
@@ -272,14 +311,20 @@ static void launch_batch(struct xi_gpu *g)
 		/* One contiguous copy alone (one call in flight): measured on an
 		 * H200, the copy engine returns it sooner than a launch does
 		 * (docs/performance.md); the kernel is for batches and pages. */
-		ok = st && !c->cuMemcpyDtoDAsync((CUdeviceptr)j0->dst_base, (CUdeviceptr)j0->src_base, j0->page_len, st);
+		if (b->lone_hdst)
+			ok = st && !c->cuMemcpyDtoHAsync(b->lone_hdst, (CUdeviceptr)j0->src_base, j0->page_len, st);
+		else if (b->lone_hsrc)
+			ok = st && !c->cuMemcpyHtoDAsync((CUdeviceptr)j0->dst_base, b->lone_hsrc, j0->page_len, st);
+		else
+			ok = st && !c->cuMemcpyDtoDAsync((CUdeviceptr)j0->dst_base, (CUdeviceptr)j0->src_base,
+							 j0->page_len, st);
 		if (tr) {
 			tr->kind = XI_TRACE_ENGINE;
 			tr->ctas = 0;
 		}
 	} else {
 		b->a.spread = g->spread;
-		ok = st && !c->cuLaunchKernel(k->fn, grid, 1, 1, XI_PAGES_THREADS, 1, 1, 0, st, params, NULL);
+		ok = st && !c->cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, st, params, NULL);
 	}
 	if (tr) {
 		tr->t_launched = xi_gpu_trace_now();
@@ -309,6 +354,8 @@ static void launch_batch(struct xi_gpu *g)
 	b->waiting = 0;
 	b->bytes = 0;
 	b->dev = -1;
+	b->lone_hdst = NULL;
+	b->lone_hsrc = NULL;
 }
 
 void xi_gpu_flush(struct xi_gpu *g)
@@ -330,6 +377,8 @@ static void add_job(struct xi_gpu *g, struct xi_pages_job *j, uint64_t bytes, bo
 	if (!b->a.njobs) {
 		b->dev = g->dev;
 		b->a.aligned = aligned;
+		b->lone_hdst = NULL;
+		b->lone_hsrc = NULL;
 		if (g->trace)
 			b->trace = xi_gpu_trace_open(g->trace, XI_TRACE_KERNEL);
 	}
@@ -427,25 +476,6 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
 	return 0;
 }
 
-int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len)
-{
-	if (!len)
-		return 0;
-	launch_batch(g); /* jobs queued so far go first: the stream keeps order */
-	CUstream st = g->stream[g->dev];
-	if (src_host)
-		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
-	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
-}
-
-int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
-{
-	if (!len)
-		return 0;
-	launch_batch(g);
-	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
-}
-
 /* Hands the pieces gathered so far to the driver in one call. Copies are
  * idempotent: a refused batch is redone piece by piece. */
 static int flush_batch(struct xi_gpu *g)
@@ -466,6 +496,69 @@ static int flush_batch(struct xi_gpu *g)
 		ret = xi_gpu_copy_add(g, g->batch_dst[i], g->batch_src[i], NULL, g->batch_len[i]);
 	return ret;
 }
+
+/* XFER_GPU_STAGE=kernel: a copy between device memory and pinned host
+ * memory mapped into the device (a staged region's mirror) as a job of the
+ * kernel's next launch, so that the staging copies of the calls of one turn
+ * share a launch and an event rather than costing a copy-engine call and an
+ * event each (~5 us of the worker apiece); alone in its launch it still goes
+ * to the copy engine (launch_batch). 1 when it does not apply (the copy
+ * engine's copy follows), else 0 or the error. */
+static int mapped_job(struct xi_gpu *g, uint64_t dst, uint64_t src, void *hdst, const void *hsrc, size_t len)
+{
+	CUdeviceptr mapped = 0;
+	if (!g->stage_kernel || len > g->kernel_max || len >= (1ull << 31))
+		return 1;
+	struct gpu_kernels *k = kernels_of(g, g->dev);
+	/* Not pinned and mapped (an application's host buffer): not a job. */
+	if (!k || g->c->cuMemHostGetDevicePointer(&mapped, hdst ? hdst : (void *)hsrc, 0))
+		return 1;
+	if (hdst)
+		dst = mapped;
+	else
+		src = mapped;
+	if ((dst | src | len) & 15)
+		return 1;
+	int ret = flush_batch(g);
+	if (ret)
+		return ret;
+	struct xi_pages_job j = {.src_base = src, .dst_base = dst, .page_len = (uint32_t)len, .npages = 1,
+				 .per_page = (uint32_t)((len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK)};
+	add_job(g, &j, len, true);
+	if (g->kb.a.njobs == 1) {
+		g->kb.lone_hdst = hdst;
+		g->kb.lone_hsrc = hsrc;
+	}
+	return 0;
+}
+
+int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len)
+{
+	if (!len)
+		return 0;
+	if (src_host) {
+		int ret = mapped_job(g, dst, 0, NULL, src_host, len);
+		if (ret != 1)
+			return ret;
+	}
+	launch_batch(g); /* jobs queued so far go first: the stream keeps order */
+	CUstream st = g->stream[g->dev];
+	if (src_host)
+		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
+	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
+}
+
+int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
+{
+	if (!len)
+		return 0;
+	int ret = mapped_job(g, 0, src, dst_host, NULL, len);
+	if (ret != 1)
+		return ret;
+	launch_batch(g);
+	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
+}
+
 
 int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
 {
@@ -582,6 +675,11 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 		g->count--;
 	}
 	return n;
+}
+
+bool xi_gpu_stage_ahead(const struct xi_gpu *g)
+{
+	return g && g->stage_ahead;
 }
 
 uint32_t xi_gpu_pending(const struct xi_gpu *g)

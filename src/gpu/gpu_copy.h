@@ -108,6 +108,9 @@ void xi_gpu_prepare(struct xi_gpu *g, int dev);
 
 /* Finished copies, oldest first, at most max; stops at the first running one. */
 int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);
+/* XFER_GPU_STAGE_AHEAD=1: the worker starts the source staging of ops
+ * queued behind one that waits (core/path.c). */
+bool xi_gpu_stage_ahead(const struct xi_gpu *g);
 uint32_t xi_gpu_pending(const struct xi_gpu *g);
 /* Stop: copies still in flight are no longer reported. */
 void xi_gpu_forget(struct xi_gpu *g);

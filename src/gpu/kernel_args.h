@@ -13,7 +13,16 @@
 
 #include <stdint.h>
 
+/* Three kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk picks, tile
+ * by default; pages_kernel.cu):
+ * warp: each warp resolves 32 items' addresses at once, lanes far apart;
+ * tile: a CTA resolves a run of consecutive items into shared memory first
+ * (the page-list reads of a warp coalesce), then its warps copy them;
+ * bulk: tile's resolution, then Hopper bulk copies (cp.async.bulk global ->
+ * shared -> global, a few in flight per warp), aligned launches only. */
 #define XI_PAGES_KERNEL "xi_pages_copy"
+#define XI_PAGES_KERNEL_TILE "xi_pages_tile"
+#define XI_PAGES_KERNEL_BULK "xi_pages_bulk"
 /* Bytes one warp moves per item: 32 lanes x 8 vectors of 16 bytes, all
  * loads issued before the first store so that each warp keeps 4 KiB of
  * reads in flight. */
@@ -23,6 +32,15 @@
  * (32 warps, each with 4 KiB of loads in flight, per SM); the grid is
  * this many per SM, the rest is the kernel's grid-stride loop. */
 #define XI_PAGES_CTAS_PER_SM 2u
+/* tile: the same geometry; a CTA resolves at most XI_TILE_ITEMS at once. */
+#define XI_TILE_ITEMS 512u
+/* bulk: 2 warps per CTA, each keeping XI_BULK_STAGES items of 4 KiB in
+ * shared memory (32 KiB a CTA, static: under the 48 KiB that needs no
+ * opt-in), 5 CTAs per SM. */
+#define XI_BULK_THREADS 64u
+#define XI_BULK_STAGES 4u
+#define XI_BULK_TILE 64u
+#define XI_BULK_CTAS_PER_SM 5u
 /* Jobs per launch: 32 x 64 bytes keeps the parameter buffer at 2 KiB (the
  * driver's limit is 4 KiB). */
 #define XI_PAGES_JOBS 32u

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpu_common.h"
+#include "gpu_pattern.h"
 
 static const uint32_t page_sizes[] = {4u << 10, 16u << 10, 64u << 10};
 static const uint32_t page_counts[] = {1024u, 16384u};
@@ -59,42 +60,6 @@ static int paged_iters(int r)
 	return (int)std::min<uint64_t>(64, std::max<uint64_t>(4, it));
 }
 static int single_iters(size_t n) { return n >= (256u << 20) ? 8 : n >= (16u << 20) ? 32 : 256; }
-
-// The same permutation in both processes.
-static void perm(std::vector<uint32_t> &v, uint32_t n, uint64_t seed)
-{
-	v.resize(n);
-	for (uint32_t i = 0; i < n; i++)
-		v[i] = i;
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		std::swap(v[i], v[x % (i + 1)]);
-	}
-}
-
-__host__ __device__ static inline uint64_t pat(uint64_t word, uint64_t seed)
-{
-	return (word + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-}
-
-__global__ void fill(uint64_t *p, uint64_t words, uint64_t seed)
-{
-	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words; i += (uint64_t)gridDim.x * blockDim.x)
-		p[i] = pat(i, seed);
-}
-
-// Page dp[i] of dst must hold page sp[i] of the source's pattern.
-__global__ void check_pages(const uint64_t *dst, const uint32_t *sp, const uint32_t *dp, uint32_t n, uint32_t pw,
-			    uint64_t seed, unsigned long long *bad)
-{
-	uint64_t total = (uint64_t)n * pw;
-	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {
-		uint64_t page = i / pw, w = i % pw;
-		if (dst[(uint64_t)dp[page] * pw + w] != pat((uint64_t)sp[page] * pw + w, seed))
-			atomicAdd(bad, 1ull);
-	}
-}
 
 // ------------------------------------------------------------- baseline
 
@@ -189,15 +154,13 @@ static int receiver(int fd, int base_fd, int dev)
 		if (c.cmd == CMD_CHECK_PAGED) {
 			uint32_t n = row_np((int)c.row), pw = row_pl((int)c.row) / 8;
 			std::vector<uint32_t> sp, dp;
-			perm(sp, n, c.seed);
-			perm(dp, n, c.seed + 1000);
+			perm_xs(sp, n, c.seed);
+			perm_xs(dp, n, c.seed + 1000);
 			CK(cudaMemcpy(lists, sp.data(), n * 4, cudaMemcpyHostToDevice));
 			CK(cudaMemcpy(lists + n, dp.data(), n * 4, cudaMemcpyHostToDevice));
-			check_pages<<<528, 512>>>((const uint64_t *)dst, lists, lists + n, n, pw, c.seed, bad);
+			check_pat<<<528, 512>>>((const uint64_t *)dst, lists, lists + n, n, pw, c.seed, bad);
 		} else {
-			uint32_t one = 0;
-			CK(cudaMemcpy(lists, &one, 4, cudaMemcpyHostToDevice));
-			check_pages<<<528, 512>>>((const uint64_t *)dst, lists, lists, 1, (uint32_t)(c.len / 8), c.seed, bad);
+			check_pat<<<528, 512>>>((const uint64_t *)dst, NULL, NULL, 1, c.len / 8, c.seed, bad);
 		}
 		CK(cudaGetLastError());
 		unsigned long long nbad = 0;
@@ -249,10 +212,10 @@ static int sender(int fd, int base_fd, int dst_dev)
 		int it = paged_iters(row);
 		uint64_t seed = 77 + row;
 		std::vector<uint32_t> sp, dp;
-		perm(sp, n, seed);
-		perm(dp, n, seed + 1000);
+		perm_xs(sp, n, seed);
+		perm_xs(dp, n, seed + 1000);
 		ask(fd, (struct check){CMD_ZERO, 0, 0, 0, 0, 0});
-		fill<<<528, 512>>>((uint64_t *)src, (uint64_t)n * pl / 8, seed);
+		fill_pat<<<528, 512>>>((uint64_t *)src, (uint64_t)n * pl / 8, seed);
 		CK(cudaDeviceSynchronize());
 		struct xfer_paged_write pw;
 		memset(&pw, 0, sizeof(pw));
@@ -290,7 +253,7 @@ static int sender(int fd, int base_fd, int dst_dev)
 			continue;
 		uint64_t seed = 500 + i;
 		ask(fd, (struct check){CMD_ZERO, 0, 0, 0, 0, 0});
-		fill<<<528, 512>>>((uint64_t *)src, sizes[i] / 8, seed);
+		fill_pat<<<528, 512>>>((uint64_t *)src, sizes[i] / 8, seed);
 		CK(cudaDeviceSynchronize());
 		struct xfer_write w;
 		memset(&w, 0, sizeof(w));

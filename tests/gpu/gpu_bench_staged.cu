@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_common.h"
+#include "gpu_pattern.h"
 
 namespace {
 
@@ -32,40 +33,6 @@ size_t row_bytes(int r) { return row_paged(r) ? (size_t)page_sizes[r - NSINGLE] 
 // About 256 MiB a row, 8..256 calls, at most 16 in flight.
 int row_calls(int r) { return (int)std::min<size_t>(256, std::max<size_t>(8, (256u << 20) / row_bytes(r))); }
 
-void perm(std::vector<uint32_t> &v, uint32_t n, uint64_t seed)
-{
-	v.resize(n);
-	for (uint32_t i = 0; i < n; i++)
-		v[i] = i;
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		std::swap(v[i], v[x % (i + 1)]);
-	}
-}
-
-__host__ __device__ inline uint64_t pat(uint64_t word, uint64_t seed) { return (word + 1) * 0x9E3779B97F4A7C15ull ^ seed; }
-
-__global__ void sfill(uint64_t *p, uint64_t words, uint64_t seed)
-{
-	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words; i += (uint64_t)gridDim.x * blockDim.x)
-		p[i] = pat(i, seed);
-}
-
-// Bytes the target must hold after row r (seed): page dp[i] holds source
-// page sp[i]; a single write the first row_bytes(r) bytes.
-__global__ void scheck(const uint64_t *dst, const uint32_t *sp, const uint32_t *dp, uint32_t n, uint64_t pw,
-		       uint64_t seed, unsigned long long *bad)
-{
-	uint64_t total = (uint64_t)n * pw;
-	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {
-		uint64_t page = i / pw, w = i % pw;
-		uint64_t s = sp ? sp[page] : page, d = dp ? dp[page] : page;
-		if (dst[d * pw + w] != pat(s * pw + w, seed))
-			atomicAdd(bad, 1ull);
-	}
-}
-
 uint64_t host_check(const uint64_t *dst, const std::vector<uint32_t> *sp, const std::vector<uint32_t> *dp, uint32_t n,
 		    uint64_t pw, uint64_t seed)
 {
@@ -78,6 +45,35 @@ uint64_t host_check(const uint64_t *dst, const std::vector<uint32_t> *sp, const 
 	return bad;
 }
 
+// Both ends: an engine joined to the peer over fd, and a host and a GPU
+// region of REGION bytes registered in it (r[0] host, r[1] GPU).
+struct ends {
+	xfer_engine_t *e;
+	xfer_peer_t peer;
+	void *buf[2];
+	xfer_mr_t *mr[2];
+};
+
+bool ends_open(int fd, struct ends *x)
+{
+	CK(cudaSetDevice(0));
+	x->e = gpu_engine(fd, &x->peer);
+	x->buf[0] = aligned_alloc(4096, REGION);
+	CK(cudaMalloc(&x->buf[1], REGION));
+	if (!x->buf[0])
+		return false;
+	for (int g = 0; g < 2; g++)
+		XK(xfer_mr_reg(x->e, x->buf[g], REGION, &x->mr[g]));
+	return true;
+}
+
+void ends_close(struct ends *x)
+{
+	for (int g = 0; g < 2; g++)
+		xfer_mr_dereg(x->mr[g]);
+	xfer_engine_destroy(x->e);
+}
+
 struct req {
 	uint64_t cmd, gpu, row, seed, imm, imms;
 };
@@ -86,19 +82,14 @@ enum { ZERO = 1, CHECK, END };
 // The target: a host and a GPU region, both described to the source.
 int target(int fd)
 {
-	CK(cudaSetDevice(0));
-	xfer_peer_t peer;
-	xfer_engine_t *e = gpu_engine(fd, &peer);
-	void *gbuf, *hbuf = aligned_alloc(4096, REGION);
-	CK(cudaMalloc(&gbuf, REGION));
-	if (!hbuf)
+	struct ends x;
+	if (!ends_open(fd, &x))
 		return 1;
-	xfer_mr_t *gmr, *hmr;
-	XK(xfer_mr_reg(e, gbuf, REGION, &gmr));
-	XK(xfer_mr_reg(e, hbuf, REGION, &hmr));
+	xfer_engine_t *e = x.e;
+	void *hbuf = x.buf[0], *gbuf = x.buf[1];
 	uint8_t desc[XFER_DESC_MAX];
-	put_blob(fd, desc, (size_t)xfer_mr_desc(hmr, desc, sizeof(desc), NULL));
-	put_blob(fd, desc, (size_t)xfer_mr_desc(gmr, desc, sizeof(desc), NULL));
+	for (int g = 0; g < 2; g++)
+		put_blob(fd, desc, (size_t)xfer_mr_desc(x.mr[g], desc, sizeof(desc), NULL));
 	unsigned long long *bad;
 	uint32_t *lists;
 	CK(cudaMalloc(&bad, sizeof(*bad)));
@@ -127,8 +118,8 @@ int target(int fd)
 		uint32_t n = 1;
 		uint64_t pw = row_bytes(r) / 8;
 		if (row_paged(r)) {
-			perm(sp, npages, q.seed);
-			perm(dp, npages, q.seed + 1000);
+			perm_xs(sp, npages, q.seed);
+			perm_xs(dp, npages, q.seed + 1000);
 			n = npages;
 			pw = page_sizes[r - NSINGLE] / 8;
 		}
@@ -140,7 +131,7 @@ int target(int fd)
 				CK(cudaMemcpy(lists, sp.data(), n * 4, cudaMemcpyHostToDevice));
 				CK(cudaMemcpy(lists + n, dp.data(), n * 4, cudaMemcpyHostToDevice));
 			}
-			scheck<<<264, 512>>>((const uint64_t *)gbuf, n > 1 ? lists : NULL, n > 1 ? lists + n : NULL, n, pw,
+			check_pat<<<264, 512>>>((const uint64_t *)gbuf, n > 1 ? lists : NULL, n > 1 ? lists + n : NULL, n, pw,
 					     q.seed, bad);
 			CK(cudaGetLastError());
 			unsigned long long nbad = 0;
@@ -149,9 +140,7 @@ int target(int fd)
 		}
 		send_u64(fd, res);
 	}
-	xfer_mr_dereg(gmr);
-	xfer_mr_dereg(hmr);
-	xfer_engine_destroy(e);
+	ends_close(&x);
 	return 0;
 }
 
@@ -163,16 +152,13 @@ uint64_t ask(int fd, struct req q)
 
 int source(int fd)
 {
-	CK(cudaSetDevice(0));
-	xfer_peer_t peer;
-	xfer_engine_t *e = gpu_engine(fd, &peer);
-	void *gbuf, *hbuf = aligned_alloc(4096, REGION);
-	CK(cudaMalloc(&gbuf, REGION));
-	if (!hbuf)
+	struct ends x;
+	if (!ends_open(fd, &x))
 		return 1;
-	xfer_mr_t *mr[2];
-	XK(xfer_mr_reg(e, hbuf, REGION, &mr[0]));
-	XK(xfer_mr_reg(e, gbuf, REGION, &mr[1]));
+	xfer_engine_t *e = x.e;
+	xfer_peer_t peer = x.peer;
+	void *hbuf = x.buf[0], *gbuf = x.buf[1];
+	xfer_mr_t **mr = x.mr;
 	xfer_rmr_t *dst[2];
 	uint8_t desc[XFER_DESC_MAX];
 	for (int g = 0; g < 2; g++) {
@@ -186,20 +172,23 @@ int source(int fd)
 	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 3000;
-	for (int r = 0; r < NROW; r++) {
+	const char *only = getenv("XFER_BENCH_ROW"); // staged rows 0..5 in the order printed
+	for (int r = 0; r < NROW; r++, imm += 2) {
+		if (only && *only && atoi(only) != r)
+			continue;
 		double gbs[2];
 		bool bad_any = false;
 		std::vector<uint32_t> sp, dp;
 		uint64_t seed = 900 + r;
 		if (row_paged(r)) {
-			perm(sp, npages, seed);
-			perm(dp, npages, seed + 1000);
+			perm_xs(sp, npages, seed);
+			perm_xs(dp, npages, seed + 1000);
 		}
-		for (int g = 0; g < 2; g++, imm++) {
+		for (int g = 0; g < 2; g++) {
 			ask(fd, (struct req){ZERO, (uint64_t)g, 0, 0, 0, 0});
 			size_t bytes = row_bytes(r);
 			if (g) {
-				sfill<<<264, 512>>>((uint64_t *)gbuf, bytes / 8, seed);
+				fill_pat<<<264, 512>>>((uint64_t *)gbuf, bytes / 8, seed);
 				CK(cudaDeviceSynchronize());
 			} else {
 				for (uint64_t i = 0; i < bytes / 8; i++)
@@ -212,7 +201,7 @@ int source(int fd)
 			w.src = mr[g];
 			w.dst = dst[g];
 			w.len = bytes;
-			w.imm = imm;
+			w.imm = imm + g;
 			w.flags = XFER_F_IMM;
 			if (row_paged(r)) {
 				uint32_t pl = page_sizes[r - NSINGLE];
@@ -224,7 +213,7 @@ int source(int fd)
 				pw.dst_pages = dp.data();
 				pw.dst_stride = pl;
 				pw.npages = npages;
-				pw.imm = imm;
+				pw.imm = imm + g;
 				pw.flags = XFER_F_IMM;
 			}
 			int calls = row_calls(r), inflight = 0;
@@ -244,7 +233,7 @@ int source(int fd)
 				XK(gpu_wait(e).res);
 			gbs[g] = (double)bytes * calls / (now_s() - t0) / 1e9;
 			uint64_t per = row_paged(r) ? npages : 1;
-			uint64_t bad = ask(fd, (struct req){CHECK, (uint64_t)g, (uint64_t)r, seed, imm, per * (calls + 1)});
+			uint64_t bad = ask(fd, (struct req){CHECK, (uint64_t)g, (uint64_t)r, seed, imm + g, per * (calls + 1)});
 			if (bad) {
 				bad_any = true;
 				printf("  %s row %d: %llu bad words%s\n", g ? "GPU" : "host", r,
@@ -264,11 +253,9 @@ int source(int fd)
 	struct req end = {END, 0, 0, 0, 0, 0};
 	put_blob(fd, &end, sizeof(end));
 	printf("rows failing verification: %d\n", fails);
-	for (int g = 0; g < 2; g++) {
+	for (int g = 0; g < 2; g++)
 		xfer_rmr_free(dst[g]);
-		xfer_mr_dereg(mr[g]);
-	}
-	xfer_engine_destroy(e);
+	ends_close(&x);
 	return fails ? 1 : 0;
 }
 

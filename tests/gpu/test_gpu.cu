@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu_common.h"
+#include "gpu_pattern.h"
 
 #define LEN (64u << 20)
 #define PAGES 4096u
@@ -45,19 +46,6 @@ static void host_fill(uint8_t *p, size_t n, uint32_t seed)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)((i * 2654435761u + seed) >> 7);
-}
-
-static std::vector<uint32_t> perm(uint32_t n, uint32_t seed)
-{
-	std::vector<uint32_t> v(n);
-	for (uint32_t i = 0; i < n; i++)
-		v[i] = i;
-	uint64_t s = seed;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		s = s * 6364136223846793005ull + 1442695040888963407ull;
-		std::swap(v[i], v[(s >> 33) % (i + 1)]);
-	}
-	return v;
 }
 
 static bool src_on_gpu(void) { return strcmp(mode, "h2g") != 0; }
@@ -121,7 +109,7 @@ static int sender(int fd, int dev)
 	w.flags = XFER_F_IMM;
 	XK(xfer_write(e, &w, NULL));
 	XK(gpu_wait(e).res);
-	std::vector<uint32_t> sp = perm(PAGES, 1), dp = perm(PAGES, 2);
+	std::vector<uint32_t> sp = perm_lcg(PAGES, 1), dp = perm_lcg(PAGES, 2);
 	struct xfer_paged_write pw;
 	memset(&pw, 0, sizeof(pw));
 	pw.src = mr;
@@ -140,7 +128,7 @@ static int sender(int fd, int dev)
 	XK(gpu_wait(e).res);
 	if (recv_u64(fd) != 2)
 		return 1;
-	std::vector<uint32_t> osp = perm(OPAGES, 3), odp = perm(OPAGES, 4);
+	std::vector<uint32_t> osp = perm_lcg(OPAGES, 3), odp = perm_lcg(OPAGES, 4);
 	pw.page_len = OPAGE;
 	pw.src_pages = osp.data();
 	pw.src_stride = OSRC_STRIDE;
@@ -204,7 +192,7 @@ static int receiver(int fd, int dev)
 		CK(cudaMemcpy(got.data(), dst, LEN, cudaMemcpyDeviceToHost));
 	else
 		memcpy(got.data(), dst, LEN);
-	std::vector<uint32_t> sp = perm(PAGES, 1), dp = perm(PAGES, 2);
+	std::vector<uint32_t> sp = perm_lcg(PAGES, 1), dp = perm_lcg(PAGES, 2);
 	for (uint32_t i = 0; i < PAGES; i++)
 		if (memcmp(&got[(size_t)dp[i] * PAGE], &want[(size_t)sp[i] * PAGE], PAGE) != 0) {
 			fprintf(stderr, "%s: page %u corrupted\n", mode, i);
@@ -217,7 +205,7 @@ static int receiver(int fd, int dev)
 		CK(cudaMemcpy(got.data(), dst, LEN, cudaMemcpyDeviceToHost));
 	else
 		memcpy(got.data(), dst, LEN);
-	std::vector<uint32_t> osp = perm(OPAGES, 3), odp = perm(OPAGES, 4);
+	std::vector<uint32_t> osp = perm_lcg(OPAGES, 3), odp = perm_lcg(OPAGES, 4);
 	for (uint32_t i = 0; i < OPAGES; i++)
 		if (memcmp(&got[ODST_BASE + (size_t)odp[i] * ODST_STRIDE], &want[OSRC_BASE + (size_t)osp[i] * OSRC_STRIDE],
 			   OPAGE) != 0) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu_common.h"
+#include "gpu_pattern.h"
 
 #define LAYERS 8
 #define NP 256u
@@ -62,25 +63,12 @@ __global__ void consume(const volatile uint64_t *words, const uint8_t *dst, cons
 	atomicAdd(bad, nbad);
 }
 
-static std::vector<uint32_t> perm(uint32_t n, uint32_t seed)
-{
-	std::vector<uint32_t> v(n);
-	for (uint32_t i = 0; i < n; i++)
-		v[i] = i;
-	uint64_t s = seed;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		s = s * 6364136223846793005ull + 1442695040888963407ull;
-		std::swap(v[i], v[(s >> 33) % (i + 1)]);
-	}
-	return v;
-}
-
 static void lists(std::vector<uint32_t> &sp, std::vector<uint32_t> &dp)
 {
 	sp.clear();
 	dp.clear();
 	for (uint32_t l = 0; l < LAYERS; l++) {
-		std::vector<uint32_t> a = perm(NP, 10 + l), b = perm(NP, 50 + l);
+		std::vector<uint32_t> a = perm_lcg(NP, 10 + l), b = perm_lcg(NP, 50 + l);
 		sp.insert(sp.end(), a.begin(), a.end());
 		dp.insert(dp.end(), b.begin(), b.end());
 	}

@@ -400,18 +400,27 @@ static CUresult f_module_load(CUmodule *m, const void *image)
 static CUresult f_module_fn(CUfunction *f, CUmodule m, const char *name)
 {
 	(void)m;
-	*f = (CUfunction)(uintptr_t)1;
-	return strcmp(name, XI_PAGES_KERNEL) ? ERR : 0;
+	/* The three kernels of one argument, told apart at launch by their
+	 * handle: 1 warp, 2 tile, 3 bulk. */
+	uintptr_t which = !strcmp(name, XI_PAGES_KERNEL)        ? 1
+			  : !strcmp(name, XI_PAGES_KERNEL_TILE) ? 2
+			  : !strcmp(name, XI_PAGES_KERNEL_BULK) ? 3
+								: 0;
+	*f = (CUfunction)which;
+	return which ? 0 : ERR;
 }
 
 static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			 unsigned shmem, CUstream s, void **params, void **extra)
 {
-	(void)f;
 	(void)shmem;
-	if (!gx || gy != 1 || gz != 1 || bx != XI_PAGES_THREADS || by != 1 || bz != 1 || !params || extra)
+	uintptr_t which = (uintptr_t)f;
+	unsigned threads = which == 3 ? XI_BULK_THREADS : XI_PAGES_THREADS;
+	if (!which || which > 3 || !gx || gy != 1 || gz != 1 || bx != threads || by != 1 || bz != 1 || !params || extra)
 		return ERR;
 	const struct xi_pages_args *a = params[0];
+	if (which == 3 && !a->aligned)
+		return ERR; /* bulk copies need 16-byte addresses and lengths */
 	uint32_t items = 0;
 	for (uint32_t k = 0; k < a->njobs; k++) {
 		/* The launcher's bookkeeping, as the kernel relies on it. */
@@ -425,6 +434,7 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	gate_pass();
 	pthread_mutex_lock(&lock);
 	counts.launches++;
+	counts.by_kernel[which - 1]++;
 	counts.jobs += a->njobs;
 	pthread_mutex_unlock(&lock);
 	CUresult r = enqueue(s, NULL, NULL, 0);

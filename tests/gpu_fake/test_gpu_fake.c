@@ -22,6 +22,14 @@
  *   its mirror to the GPU complete as polled events)
  *   write-batch | write-batch-off  40 calls of four kinds queued behind a
  *       busy worker share kernel launches (or, with XFER_GPU_BATCH=0, do not)
+ *   write-batch-staged  the same 40 calls through the host mirrors with
+ *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
+ *       of the calls queued behind the first start while it waits and share
+ *       launches (fewer launches than aligned calls), every byte lands once
+ *   write-batch-warp | write-batch-bulk  write-batch with XFER_GPU_PAGES=warp
+ *       (every launch by the warp kernel; by default the tile kernel's) or
+ *       =bulk (aligned launches by the bulk kernel, the unaligned one by the
+ *       warp kernel)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -419,6 +427,7 @@ static int ring_source(int n, const int *fds, void *arg)
 #define IMM_BATCH 0x6e0
 
 static bool batch_off;
+static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk (XFER_GPU_PAGES) */
 
 struct bcall {
 	int kind; /* 0 aligned single, 1 aligned paged, 2 unaligned single, 3 unaligned paged */
@@ -552,15 +561,36 @@ static int batch_source(int n, const int *fds, void *arg)
 	uint64_t launches = fc.launches - c0.launches, jobs = fc.jobs - c0.jobs, dtod = fc.dtod - c0.dtod;
 	/* Batched: the first call, then the 23 aligned calls taken behind it,
 	 * then the 8 odd paged ones. */
-	CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
+	uint64_t dtoh = fc.dtoh - c0.dtoh;
+	if (staged)
+		/* Each call stages once: 24 aligned calls (7 paged, 16 single, and
+		 * the first) and 8 odd paged ones by kernel jobs, sharing a few
+		 * launches; the 8 unaligned singles (and a job alone in its
+		 * launch) by DtoH. Without the early staging every call's copy
+		 * is alone: 16 launches of one job and 24 DtoH copies. */
+		CHECK(jobs + dtoh == B_CALLS && dtoh >= 8 && dtoh <= 12 && launches >= 2 && launches <= 8 && dtod == 0);
+	else
+		CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
+	/* The kernel each launch went to: the chosen one, but bulk copies only
+	 * for aligned launches (the 8 odd paged calls share the warp kernel's). */
+	uint64_t by[3];
+	for (int k = 0; k < 3; k++)
+		by[k] = fc.by_kernel[k] - c0.by_kernel[k];
+	if (batch_kernel == 2 && !staged)
+		CHECK(by[0] == (batch_off ? 8u : 1u) && by[1] == 0 && by[2] == launches - by[0]);
+	else
+		CHECK(by[batch_kernel] == launches);
 	t_send_u64(fd, 2);
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
-	printf("write-batch%s: %d calls verified, %llu kernel jobs in %llu launches, %llu copy-engine copies\n",
-	       batch_off ? " (XFER_GPU_BATCH=0)" : "", B_CALLS, (unsigned long long)jobs,
-	       (unsigned long long)launches, (unsigned long long)dtod);
+	printf("write-batch%s%s: %d calls verified, %llu kernel jobs in %llu launches (warp %llu, tile %llu, bulk "
+	       "%llu), %llu copy-engine copies (%llu DtoH)\n",
+	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", batch_kernel == 0 ? " (warp)" : batch_kernel == 2 ? " (bulk)" : "",
+	       B_CALLS, (unsigned long long)jobs, (unsigned long long)launches, (unsigned long long)by[0],
+	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)(dtod + dtoh),
+	       (unsigned long long)dtoh);
 	return 0;
 }
 
@@ -678,6 +708,13 @@ int main(int argc, char **argv)
 		batch_off = !strcmp(mode, "write-batch-off");
 		if (batch_off)
 			setenv("XFER_GPU_BATCH", "0", 1);
+		if (staged) {
+			setenv("XFER_GPU_STAGE", "kernel", 1);
+			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
+		}
+		batch_kernel = !strcmp(mode, "write-batch-warp") ? 0 : !strcmp(mode, "write-batch-bulk") ? 2 : 1;
+		if (batch_kernel != 1)
+			setenv("XFER_GPU_PAGES", batch_kernel == 0 ? "warp" : "bulk", 1);
 		return t_run_procs(1, batch_target, batch_source, NULL);
 	}
 	if (!strncmp(mode, "write", 5))
