@@ -45,7 +45,7 @@ shift $(($# > 0 ? 1 : 0))
 ORDER=${*:-paged single staged trace tests watcher}
 REPS=${REPS:-3}
 . "$(dirname "$0")/device-gpu-lib.sh"
-git rev-parse HEAD >>"$out/env.log" 2>&1
+{ cat .commit 2>/dev/null || git rev-parse HEAD; } >>"$out/env.log" 2>&1 # .commit: a packed tree (no .git of its own)
 B=build/bin/xfer-gpu-bench
 T=build/bin/test_gpu
 

@@ -29,7 +29,9 @@ out=$top/rl.d
 BUDGET=${RL_BUDGET_S:-230} STEP_MIN_LEFT=15 STEP_CLIP=1
 . "$(dirname "$0")/device-lib.sh"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-git log -1 --format='commit %H %s' >>"$out/summary.txt" 2>/dev/null
+# a tree packed by scripts/device-pack.sh has no .git of its own (a git log would name the enclosing checkout)
+if [ -f .commit ]; then echo "commit $(cat .commit) (packed tree)" >>"$out/summary.txt"
+else git log -1 --format='commit %H %s' >>"$out/summary.txt" 2>/dev/null; fi
 demo="python3 python/bench/rl_demo.py --device cuda"
 step fp8-check 60 python3 python/bench/rl_fp8_check.py
 step demo-cuda-4to2 70 $demo --trainers 4 --node 2 --ranks 2 --steps 3
