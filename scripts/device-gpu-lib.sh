@@ -1,4 +1,4 @@
-# Sourced by scripts/device-gpu.sh and scripts/device-gpu3.sh (with $out set): the
+# Sourced by scripts/device-gpu.sh (with $out set): the
 # shared runner of every device script (scripts/device-lib.sh: the carried build's
 # environment, step NAME TIMEOUT COMMAND..., exit 77 = skipped) with these scripts'
 # summary file, OUT/steps.log, and their env.log.
