@@ -497,6 +497,20 @@ static int flush_batch(struct xi_gpu *g)
 	return ret;
 }
 
+/* One contiguous copy (16-byte aligned, below 2^31 bytes: the callers check)
+ * as a job of the kernel's next launch; the copy-engine batch gathered so far
+ * goes to the stream first, so that the stream keeps the calls' order. */
+static int contiguous_job(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
+{
+	int ret = flush_batch(g);
+	if (ret)
+		return ret;
+	struct xi_pages_job j = {.src_base = src, .dst_base = dst, .page_len = (uint32_t)len, .npages = 1,
+				 .per_page = (uint32_t)((len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK)};
+	add_job(g, &j, len, true);
+	return 0;
+}
+
 /* XFER_GPU_STAGE=kernel: a copy between device memory and pinned host
  * memory mapped into the device (a staged region's mirror) as a job of the
  * kernel's next launch, so that the staging copies of the calls of one turn
@@ -519,12 +533,9 @@ static int mapped_job(struct xi_gpu *g, uint64_t dst, uint64_t src, void *hdst, 
 		src = mapped;
 	if ((dst | src | len) & 15)
 		return 1;
-	int ret = flush_batch(g);
+	int ret = contiguous_job(g, dst, src, len);
 	if (ret)
 		return ret;
-	struct xi_pages_job j = {.src_base = src, .dst_base = dst, .page_len = (uint32_t)len, .npages = 1,
-				 .per_page = (uint32_t)((len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK)};
-	add_job(g, &j, len, true);
 	if (g->kb.a.njobs == 1) {
 		g->kb.lone_hdst = hdst;
 		g->kb.lone_hsrc = hsrc;
@@ -589,13 +600,7 @@ int xi_gpu_copy_dtod(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
 	struct gpu_kernels *k = len <= g->kernel_max && len < (1ull << 31) ? kernels_of(g, g->dev) : NULL;
 	if (!k || ((dst | src | len) & 15))
 		return xi_gpu_copy_add(g, dst, src, NULL, len);
-	int ret = flush_batch(g);
-	if (ret)
-		return ret;
-	struct xi_pages_job j = {.src_base = src, .dst_base = dst, .page_len = (uint32_t)len, .npages = 1,
-				 .per_page = (uint32_t)((len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK)};
-	add_job(g, &j, len, true);
-	return 0;
+	return contiguous_job(g, dst, src, len);
 }
 
 int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)

@@ -24,21 +24,46 @@ static __device__ __forceinline__ uint64_t global_ns(void)
 	return t;
 }
 
+/* The jobs from the parameter buffer into shared memory: lanes of a round
+ * may name as many jobs as there are lanes, and the constant bank
+ * serializes divergent reads. */
+static __device__ __forceinline__ void load_jobs(struct xi_pages_job *job, const struct xi_pages_args &a)
+{
+	const uint32_t *from = (const uint32_t *)a.job;
+	uint32_t *to = (uint32_t *)job;
+	for (uint32_t i = threadIdx.x; i < a.njobs * (sizeof(job[0]) / 4); i += blockDim.x)
+		to[i] = from[i];
+}
+
+/* Item `mine`'s source, destination and length. */
+static __device__ __forceinline__ void resolve(const struct xi_pages_job *job, uint32_t njobs, uint32_t mine,
+					       uint64_t *s_addr, uint64_t *d_addr, uint32_t *len)
+{
+	uint32_t lo = 0, hi = njobs - 1; /* the last job whose item0 <= mine */
+	while (lo < hi) {
+		const uint32_t mid = (lo + hi + 1) / 2;
+		if (job[mid].item0 <= mine)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const struct xi_pages_job *j = &job[lo];
+	const uint32_t rel = mine - j->item0, page = rel / j->per_page;
+	const uint32_t off = (rel - page * j->per_page) * XI_PAGES_CHUNK;
+	const uint32_t sp = j->src_pages ? __ldg((const uint32_t *)j->src_pages + page) : page;
+	const uint32_t dp = j->dst_pages ? __ldg((const uint32_t *)j->dst_pages + page) : page;
+	*s_addr = j->src_base + (uint64_t)sp * j->src_stride + off;
+	*d_addr = j->dst_base + (uint64_t)dp * j->dst_stride + off;
+	*len = j->page_len - off < XI_PAGES_CHUNK ? j->page_len - off : XI_PAGES_CHUNK;
+}
+
 extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER_SM)
 	xi_pages_copy(const __grid_constant__ struct xi_pages_args a)
 {
 	__shared__ struct xi_pages_job job[XI_PAGES_JOBS];
 	if (a.trace && threadIdx.x == 0)
 		((volatile uint64_t *)a.trace)[2 * blockIdx.x] = global_ns();
-	{
-		/* The jobs into shared memory: lanes of a round may name as many
-		 * jobs as there are lanes, and the constant bank serializes
-		 * divergent reads. */
-		const uint32_t *from = (const uint32_t *)a.job;
-		uint32_t *to = (uint32_t *)job;
-		for (uint32_t i = threadIdx.x; i < a.njobs * (sizeof(job[0]) / 4); i += blockDim.x)
-			to[i] = from[i];
-	}
+	load_jobs(job, a);
 	__syncthreads();
 	const uint32_t lane = threadIdx.x & 31u;
 	const uint32_t warp = a.spread ? (threadIdx.x >> 5) * gridDim.x + blockIdx.x
@@ -50,24 +75,8 @@ extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER
 		const uint32_t mine = base + lane * nwarps;
 		uint64_t s_addr = 0, d_addr = 0;
 		uint32_t len = 0;
-		if (mine < a.items) {
-			uint32_t lo = 0, hi = a.njobs - 1; /* the last job whose item0 <= mine */
-			while (lo < hi) {
-				const uint32_t mid = (lo + hi + 1) / 2;
-				if (job[mid].item0 <= mine)
-					lo = mid;
-				else
-					hi = mid - 1;
-			}
-			const struct xi_pages_job *j = &job[lo];
-			const uint32_t rel = mine - j->item0, page = rel / j->per_page;
-			const uint32_t off = (rel - page * j->per_page) * XI_PAGES_CHUNK;
-			const uint32_t sp = j->src_pages ? __ldg((const uint32_t *)j->src_pages + page) : page;
-			const uint32_t dp = j->dst_pages ? __ldg((const uint32_t *)j->dst_pages + page) : page;
-			s_addr = j->src_base + (uint64_t)sp * j->src_stride + off;
-			d_addr = j->dst_base + (uint64_t)dp * j->dst_stride + off;
-			len = j->page_len - off < XI_PAGES_CHUNK ? j->page_len - off : XI_PAGES_CHUNK;
-		}
+		if (mine < a.items)
+			resolve(job, a.njobs, mine, &s_addr, &d_addr, &len);
 		for (uint32_t k = 0; k < 32u && base + k * nwarps < a.items; k++) {
 			const uint8_t *s = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)s_addr, k);
 			uint8_t *d = (uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)d_addr, k);
@@ -103,37 +112,6 @@ extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER
 }
 
 /* ------------------------------------------------- tile and bulk kernels */
-
-/* The jobs from the parameter buffer into shared memory (see above). */
-static __device__ __forceinline__ void load_jobs(struct xi_pages_job *job, const struct xi_pages_args &a)
-{
-	const uint32_t *from = (const uint32_t *)a.job;
-	uint32_t *to = (uint32_t *)job;
-	for (uint32_t i = threadIdx.x; i < a.njobs * (sizeof(job[0]) / 4); i += blockDim.x)
-		to[i] = from[i];
-}
-
-/* Item `mine`'s source, destination and length. */
-static __device__ __forceinline__ void resolve(const struct xi_pages_job *job, uint32_t njobs, uint32_t mine,
-					       uint64_t *s_addr, uint64_t *d_addr, uint32_t *len)
-{
-	uint32_t lo = 0, hi = njobs - 1; /* the last job whose item0 <= mine */
-	while (lo < hi) {
-		const uint32_t mid = (lo + hi + 1) / 2;
-		if (job[mid].item0 <= mine)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	const struct xi_pages_job *j = &job[lo];
-	const uint32_t rel = mine - j->item0, page = rel / j->per_page;
-	const uint32_t off = (rel - page * j->per_page) * XI_PAGES_CHUNK;
-	const uint32_t sp = j->src_pages ? __ldg((const uint32_t *)j->src_pages + page) : page;
-	const uint32_t dp = j->dst_pages ? __ldg((const uint32_t *)j->dst_pages + page) : page;
-	*s_addr = j->src_base + (uint64_t)sp * j->src_stride + off;
-	*d_addr = j->dst_base + (uint64_t)dp * j->dst_stride + off;
-	*len = j->page_len - off < XI_PAGES_CHUNK ? j->page_len - off : XI_PAGES_CHUNK;
-}
 
 /* Items per CTA turn: the launch's items spread evenly over the grid, a
  * multiple of `unit`, at most `most`. */
