@@ -71,15 +71,24 @@ static bool to_gpu(int k)
 	return k % 2 == 0;
 }
 
-static int scatter_child(int idx, int fd, void *arg)
+/* This process's engine, with the fake driver installed before it opens,
+ * connected to the partner process over fd (peer: NULL when unused). */
+static xfer_engine_t *fake_engine(int fd, xfer_peer_t *peer)
 {
-	(void)arg;
 	fake_cuda_install();
 	struct xfer_attr a;
 	t_attr(&a);
 	xfer_engine_t *e = t_engine(&a);
-	xfer_peer_t root = t_connect(e, fd);
-	(void)root;
+	xfer_peer_t p = t_connect(e, fd);
+	if (peer)
+		*peer = p;
+	return e;
+}
+
+static int scatter_child(int idx, int fd, void *arg)
+{
+	(void)arg;
+	xfer_engine_t *e = fake_engine(fd, NULL);
 	uint8_t *gpu = fake_cuda_alloc(DLEN, 1), *host = calloc(1, DLEN);
 	uint8_t *want = malloc(SLEN);
 	CHECK(gpu && host && want);
@@ -218,11 +227,7 @@ static int scatter_root(int n, const int *fds, void *arg)
 static int write_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	t_connect(e, fd);
+	xfer_engine_t *e = fake_engine(fd, NULL);
 	uint8_t *gpu = fake_cuda_alloc(WLEN, 2), *want = malloc(WLEN);
 	CHECK(gpu && want);
 	xfer_mr_t *mr;
@@ -264,11 +269,8 @@ static int write_source(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	xfer_peer_t peer = t_connect(e, fd);
+	xfer_peer_t peer;
+	xfer_engine_t *e = fake_engine(fd, &peer);
 	uint8_t *src = fake_cuda_alloc(WLEN, 0);
 	CHECK(src);
 	t_fill(src, WLEN, 9);
@@ -329,11 +331,7 @@ static int write_source(int n, const int *fds, void *arg)
 static int ring_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	t_connect(e, fd);
+	xfer_engine_t *e = fake_engine(fd, NULL);
 	uint8_t *gpu = fake_cuda_alloc(RING_LEN, 1);
 	CHECK(gpu);
 	xfer_mr_t *mr;
@@ -360,11 +358,8 @@ static int ring_source(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	xfer_peer_t peer = t_connect(e, fd);
+	xfer_peer_t peer;
+	xfer_engine_t *e = fake_engine(fd, &peer);
 	uint8_t *src = fake_cuda_alloc(RING_LEN, 0);
 	uint32_t *sp = malloc(RING_PAGES * sizeof(*sp)), *dp = malloc(RING_PAGES * sizeof(*dp));
 	CHECK(src && sp && dp);
@@ -481,11 +476,7 @@ static void bcall_apply(const struct bcall *c, uint8_t *dst, const uint8_t *src)
 static int batch_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	t_connect(e, fd);
+	xfer_engine_t *e = fake_engine(fd, NULL);
 	uint8_t *gpu = fake_cuda_alloc(B_LEN, 1), *src = malloc(B_LEN), *want = calloc(1, B_LEN);
 	CHECK(gpu && src && want);
 	xfer_mr_t *mr;
@@ -519,11 +510,8 @@ static int batch_source(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	xfer_peer_t peer = t_connect(e, fd);
+	xfer_peer_t peer;
+	xfer_engine_t *e = fake_engine(fd, &peer);
 	uint8_t *src = fake_cuda_alloc(B_LEN, 0);
 	CHECK(src);
 	t_fill(src, B_LEN, 5);
@@ -601,11 +589,7 @@ static int batch_source(int n, const int *fds, void *arg)
 static int cut_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	t_connect(e, fd);
+	xfer_engine_t *e = fake_engine(fd, NULL);
 	uint8_t *gpu = fake_cuda_alloc(DLEN, 1), *host = calloc(1, DLEN);
 	CHECK(gpu && host);
 	xfer_mr_t *gmr, *hmr;
@@ -636,11 +620,8 @@ static int cut_root(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	fake_cuda_install();
-	struct xfer_attr a;
-	t_attr(&a);
-	xfer_engine_t *e = t_engine(&a);
-	xfer_peer_t peer = t_connect(e, fd);
+	xfer_peer_t peer;
+	xfer_engine_t *e = fake_engine(fd, &peer);
 	xfer_rmr_t *grmr = t_recv_rmr(e, peer, fd), *hrmr = t_recv_rmr(e, peer, fd);
 	uint8_t *src = malloc(SLEN);
 	CHECK(src);
