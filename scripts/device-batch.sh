@@ -23,12 +23,15 @@ for spec in "$@"; do
 	[ "$rest" != "$secs" ] && args=${rest#*:}
 	dir=$top/.dev/$tree
 	chmod +x "$dir"/build/bin/* "$dir"/scripts/*.sh 2>/dev/null
-	mkdir -p "$work/$name"
+	# one folder per spec: the same script may run in several trees
+	res=$work/$name-$tree
+	[ "$tree" = "$name" ] && res=$work/$name
+	mkdir -p "$res"
 	t0=$SECONDS
 	envvar=ENV_$name
 	# shellcheck disable=SC2086 # ARGS and ENV_NAME are word lists by design
-	(cd "$dir" && timeout -k 5 "$secs" env ${!envvar:-} bash "scripts/device-$name.sh" "$work/$name" $args) >"$work/$name/stdout.txt" 2>&1
-	echo "$name: rc=$? in $((SECONDS - t0)) s ($(cat "$dir/.commit" 2>/dev/null))" | tee -a "$work/summary.txt"
+	(cd "$dir" && timeout -k 5 "$secs" env ${!envvar:-} bash "scripts/device-$name.sh" "$res" $args) >"$res/stdout.txt" 2>&1
+	echo "$head: rc=$? in $((SECONDS - t0)) s ($(cat "$dir/.commit" 2>/dev/null))" | tee -a "$work/summary.txt"
 done
 echo "all: $((SECONDS - t_all)) s" | tee -a "$work/summary.txt"
 cp "$work/summary.txt" "$final/"
