@@ -97,6 +97,10 @@ const struct fault_case case_kill_target = {"kill_target_mid_paged", kill_init, 
 static int dead_init(struct fault_init *f)
 {
 	t_child_may_die = 0;
+	/* Our xfer_peer_add of the target is done only now: a target that died
+	 * before it would make shm's connect fail with -ECONNREFUSED in the
+	 * set-up, not in the case. */
+	t_send_u64(f->fd_t, 1); /* you may die now */
 	CHECK(t_recv_u64(f->fd_t) == 1); /* about to die */
 	wait_dead(f, 3000);
 	CHECK_RC(xfer_write_imm(f->e, f->t, 1, NULL), -XFER_EPEER);
@@ -116,6 +120,7 @@ static int dead_init(struct fault_init *f)
 
 static int dead_target(struct fault_target *t)
 {
+	CHECK(t_recv_u64(t->fd) == 1);
 	t_send_u64(t->fd, 1);
 	raise(SIGKILL);
 	return 1;
