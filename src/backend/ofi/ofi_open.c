@@ -377,7 +377,7 @@ static void av_remove_cleanup(void)
  * reads the CQ, reposting the connection's receive buffers into the freed
  * endpoint (SIGSEGV) when a message of that peer is still unread: it closes
  * connections itself when a peer disconnects, and handles such events while
- * completions are queued (docs/design.md §16.2). No order of our calls
+ * completions are queued (docs/design.md §16.4). No order of our calls
  * avoids it, and a peer that dies cannot say goodbye first, so the user who
  * picked this path hears it once; the raw backend ("ibverbs", what "auto"
  * takes on an RDMA port) owns its queue pairs and does not crash. */
@@ -389,7 +389,7 @@ static void warn_rxm_teardown(const char *prov)
 		return;
 	xwarn("%s on libfabric %u.%u: ofi_rxm can crash (SIGSEGV) when a peer disconnects while one of "
 	      "its messages is unread; provider \"ibverbs\" is the RDMA path without that fault "
-	      "(docs/design.md §16.2)",
+	      "(docs/design.md §16.4)",
 	      prov, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
 }
 
