@@ -63,7 +63,7 @@ XFAIL=${RDMA_XFAIL:-}
 # buffer into the freed endpoint. rxm handles disconnects while completions
 # are queued, and the message may be its own credit grant, so no order of
 # xfer's calls avoids it (docs/design.md §16.4; scripts/rdma-loop.sh counts
-# it: 13 of 80 runs of the four tests that hit it most). "auto" takes the raw
+# it: 2 to 13 of 80 runs of the four tests that hit it most). "auto" takes the raw
 # ibverbs backend, which does not crash. A verbs test that dies that way is
 # reported PCRASH and counted apart; the checks it had not reached yet did
 # not run.
