@@ -57,41 +57,19 @@ if [ -n "$RDMA_TESTS" ] || [ "${RDMA_FULL:-0}" = 1 ]; then TWO_NIC_TESTS=$TESTS;
 # run in a child (a forked peer must not inherit an opened device).
 XFAIL=${RDMA_XFAIL:-}
 # ofi_rxm 1.17 over verbs also crashes now and then (SIGSEGV inside
-# libfabric.so) in fi_close of an endpoint whose peer closed at the same
-# moment, or when sending on a connection its verbs QP has failed (a
-# goodbye after a rejected write). stop_in_flight hits it most (2026-12-01,
-# verbs3, one NIC): 6 of 10 runs with FI_AV_REMOVE_CLEANUP=1, 1 of 5 with 0
-# (too few runs to call the difference), in fi_cq_read at close or in the
-# BYE's fi_send, always in the same function of libfabric.so (+0xb7882);
-# no connection reset ran in the crashed runs (forged_key, which resets
-# once per run, passed 5 of 5; forged_bounce_key, which resets nothing,
-# crashed in 1 of 5).
-# Cause (verbs4, docs/design.md §16.2): +0xb7882 is ofi_rxm's rxm_post_recv
-# reposting its own receive buffer into a verbs endpoint already freed:
-# rxm_close_conn closes conn->msg_ep, flushes the shared CQ, and only then
-# clears msg_ep, so rxm_free_rx_buf's "msg_ep still open?" test passes on the
-# stale pointer. rxm closes connections itself (peer disconnect inside
-# fi_cq_read, fi_close of our endpoint), so xfer's call order cannot avoid it;
-# FI_OFI_RXM_USE_SRX=1 would, but breaks write-immediate delivery (tried):
-# the verbs provider reports every SRQ completion as IBV_WC_RECV, so rxm
-# takes a write with immediate for a message (verbs5). Closing endpoints
-# before the registrations (the backends' shutdown op) did not change the
-# rate; scripts/rdma-loop.sh counts it (docs/design.md §16.2).
-# A verbs test that dies that way is reported PCRASH and counted apart; the
-# checks it had not reached yet did not run.
+# libfabric.so, +0xb7882 in rxm_post_recv): when rxm closes a connection (the
+# peer disconnected, or our fi_close) while a message of that peer is unread,
+# it frees the verbs endpoint, then reads the CQ and reposts that message's
+# buffer into the freed endpoint. rxm handles disconnects while completions
+# are queued, and the message may be its own credit grant, so no order of
+# xfer's calls avoids it (docs/design.md §16.4; scripts/rdma-loop.sh counts
+# it: 2 to 13 of 80 runs of the four tests that hit it most). "auto" takes the raw
+# ibverbs backend, which does not crash. A verbs test that dies that way is
+# reported PCRASH and counted apart; the checks it had not reached yet did
+# not run.
 
-# Pin each cable's neighbour entries. Creating a RoCE address handle
-# resolves the peer's MAC in the kernel, synchronously; in this VM the first
-# ARP exchange sometimes waits for a retransmit (create_ah took 1.02 s),
-# which the fault cases' 0.5 s heartbeat allowance cannot absorb. Real
-# fabrics see the same first-contact cost (docs/design.md §14).
-i=0
-while [ -e /sys/class/net/rxenet$((i + 1)) ]; do
-	a=rxenet$i b=rxenet$((i + 1)) p=$((i / 2))
-	ip neigh replace 198.18.$p.2 lladdr "$(cat /sys/class/net/$b/address)" dev $a nud permanent
-	ip neigh replace 198.18.$p.1 lladdr "$(cat /sys/class/net/$a/address)" dev $b nud permanent
-	i=$((i + 2))
-done
+# Pin each cable's neighbour entries (why: rdma-neigh.sh).
+sh "$(dirname "$0")/rdma-neigh.sh"
 
 pass=0 fail=0 skip=0 xfail=0 pcrash=0 failed=""
 for prov in $PROVIDERS; do
