@@ -15,6 +15,13 @@
  * waits out awake (tcp's, ~40 us on loopback) then costs no futex wake-up
  * on the application's side either. */
 #define WAIT_SPIN_MIN_NS 20000ull
+/* ... and for as long as the engine's GPU copies keep moving (one began or
+ * finished this recently): what the wait is for is then usually a copy
+ * away, and a copy outlasts spin_us (a 256 MiB one takes ~130 us on an
+ * H200), after which a futex wake-up would come on top of it. Copies that
+ * stop moving for this long (a wedged GPU) keep no wait awake; the wait's
+ * own timeout holds throughout. */
+#define WAIT_GPU_STALL_NS 100000000ull
 
 int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
 {
@@ -45,6 +52,14 @@ static int spin_for(uint64_t end, int (*try)(void *), void *arg)
 	return n;
 }
 
+static bool gpu_moving(const xfer_engine_t *e, uint64_t now)
+{
+	if (!atomic_load_explicit(&e->gpu_busy, memory_order_acquire))
+		return false;
+	uint64_t moved = atomic_load_explicit(&e->gpu_moved_ns, memory_order_relaxed);
+	return now < moved || now - moved < WAIT_GPU_STALL_NS;
+}
+
 /* Waits on `seq` until try() yields something or the timeout passes. */
 static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
 		    int (*try)(void *), void *arg)
@@ -61,7 +76,7 @@ static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waite
 		uint64_t now = xi_now_ns();
 		if (now >= end)
 			return -ETIMEDOUT;
-		if (now - start < spin_ns) {
+		if (now - start < spin_ns || gpu_moving(e, now)) {
 			if (xi_spin_yields())
 				sched_yield(); /* let the worker run on small machines */
 			else

@@ -10,6 +10,7 @@
 #include "core/tx.h"
 #include "gpu/gpu_copy.h"
 #include "util/log.h"
+#include "util/sys.h"
 
 /* ------------------------------------------------- a staged write's notices */
 
@@ -160,6 +161,48 @@ static void notice_drop(struct worker *w, struct wr *wr, int status)
 	xi_tx_wr_put(w, wr);
 }
 
+/* A single or paged write copied in place (CUDA IPC) is complete for its
+ * writer once its notice is posted: its bytes are in the target's GPU
+ * memory (the copy's event fired) and the notice carries nothing but the
+ * count, which the transport delivers in order behind anything posted
+ * before it, as an RDMA NIC delivers a write's immediate after its ack. So
+ * the op stops waiting for the notice's own completion (on xfer's shm that
+ * is the target's worker taking it: a round trip, and a wake-up when that
+ * worker slept through a long copy). Its context lives on alone until the
+ * transport completes it. Kept: a staged notice (the target copies its
+ * ranges out of the mirror the writer would reuse) and a scatter entry's
+ * (its status says which member took its notice). */
+static bool notice_detaches(const struct wr *wr)
+{
+	return !wr->staged && wr->op->s.kind != SUB_SCATTER;
+}
+
+/* wr's notice was handed to the transport. */
+static void notice_posted(struct wr *wr)
+{
+	struct op *op = wr->op;
+	if (op->s.t_call)
+		op->t_last = xi_now_ns(); /* trace: the last thing the op posts */
+	if (!notice_detaches(wr))
+		return;
+	op->notices--;
+	wr->slot = xi_op_peer_of(op, wr->slot); /* the peer, for a failure's verdict */
+	wr->op = NULL;
+}
+
+/* A detached notice completed: a failure (the peer died before taking it)
+ * cannot reach the op, which has completed; the target's expectation times
+ * out, and the peer is probed as after any failed request. */
+static void detached_done(struct worker *w, struct wr *wr, int status)
+{
+	if (status < 0) {
+		xdbg("notice of a completed GPU copy to peer %u failed: %s", wr->slot, xfer_strerror(status));
+		if (xi_is_peer_failure(status) && wr->slot < w->e->max_peers && xi_peer_live(&w->e->peers[wr->slot]))
+			xi_peer_suspect(w, wr->slot, status);
+	}
+	xi_tx_wr_put(w, wr);
+}
+
 void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 {
 	struct op *op = wr->op;
@@ -181,6 +224,8 @@ void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 		notice_queue(w, wr);
 	else if (ret)
 		notice_drop(w, wr, ret);
+	else
+		notice_posted(wr);
 }
 
 void xi_notice_copied(struct worker *w, struct wr *wr, int status)
@@ -200,6 +245,10 @@ void xi_notice_copied(struct worker *w, struct wr *wr, int status)
 void xi_notice_done(struct worker *w, struct wr *wr, int status)
 {
 	struct op *op = wr->op;
+	if (!op) {
+		detached_done(w, wr, status);
+		return;
+	}
 	op->notices--;
 	if (status < 0)
 		xi_request_failed(w, op, wr->slot, status);
@@ -221,6 +270,8 @@ int xi_notice_flush(struct worker *w)
 			w->notice_tail = NULL;
 		if (ret)
 			notice_drop(w, wr, ret);
+		else
+			notice_posted(wr);
 		xi_op_try_finish(w, op);
 		n++;
 	}

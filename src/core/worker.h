@@ -155,6 +155,7 @@ struct worker {
 	uint64_t doze_ns; /* next sleep without a NIC wait object */
 	uint64_t reply_watch_ns; /* busy-poll with cores to spare: see await_reply (core/loop.c) */
 	uint32_t arrivals;  /* immediates and messages from peers polled this turn */
+	uint32_t gpu_busy;  /* GPU copies in flight as last published (e->gpu_busy) */
 };
 
 /* Stops posting the rest of op (cancel, deadline, stop, failure); what is

@@ -33,9 +33,20 @@
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
+ *   write-notice  a same-host GPU write's completion and waits: a wait
+ *       spins (no voluntary context switch) while the copy is in flight,
+ *       keeps its timeout, and sleeps once the copy stopped moving for
+ *       100 ms (events held: a wedged GPU); the write completes while the
+ *       target process is stopped (the op does not wait for the target to
+ *       take its notice); 2,000 writes in a row reuse the notices' contexts
+ *       (none leaks), and the target counts every immediate exactly once
  * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors). */
+#include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_cuda.h"
@@ -664,6 +675,142 @@ static int cut_root(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------- completion and waits */
+
+#define N_ROW 2000
+#define IMM_NOTICE 0x6f0
+
+static int notice_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	xfer_engine_t *e = fake_engine(fd, NULL);
+	uint8_t *gpu = fake_cuda_alloc(WLEN, 1), *want = malloc(WLEN);
+	CHECK(gpu && want);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_NOTICE, 2 + N_ROW, &c));
+	t_send_u64(fd, (uint64_t)getpid());
+	t_send_desc(fd, mr);
+	CHECK_RC(t_wait_cqe(e, 60000).res, 0);
+	t_fill(want, WLEN, 11);
+	CHECK(memcmp(gpu, want, WLEN) == 0);
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	t_sync_worker(e);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(e, IMM_NOTICE, &extra));
+	CHECK(extra == 0); /* nothing counted twice */
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(want);
+	return 0;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static long voluntary_switches(void)
+{
+	struct rusage ru;
+	CHECK(getrusage(RUSAGE_THREAD, &ru) == 0);
+	return ru.ru_nvcsw;
+}
+
+/* Whether process pid is stopped (state T in /proc/pid/stat). */
+static bool stopped(pid_t pid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'T';
+}
+
+static int notice_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	xfer_peer_t peer;
+	xfer_engine_t *e = fake_engine(fd, &peer);
+	uint8_t *src = fake_cuda_alloc(WLEN, 0);
+	CHECK(src);
+	t_fill(src, WLEN, 11);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, src, WLEN, &mr));
+	pid_t target = (pid_t)t_recv_u64(fd);
+	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
+	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = IMM_NOTICE, .flags = XFER_F_IMM};
+	struct xfer_cqe q;
+
+	/* A copy that does not finish (events held): the wait spins while it
+	 * is young, returns at its timeout, and sleeps once the copy has not
+	 * moved for 100 ms. */
+	fake_cuda_hold_events(1);
+	CHECK_OK(xfer_write(e, &w, NULL));
+	t_sync_worker(e); /* the worker took the write and issued its copy */
+	long v0 = voluntary_switches();
+	uint64_t t0 = ms_now();
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 30), -ETIMEDOUT);
+	CHECK(ms_now() - t0 >= 30);
+	long v1 = voluntary_switches();
+	if (v1 != v0) {
+		fprintf(stderr, "the wait slept (%ld voluntary switches) while a GPU copy was in flight\n", v1 - v0);
+		return 1;
+	}
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 300), -ETIMEDOUT);
+	CHECK(voluntary_switches() > v1); /* stopped moving: back to the futex */
+	fake_cuda_hold_events(0);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+
+	/* The target cannot take its notice while stopped: the write completes
+	 * anyway, once its copy finished and the notice is posted. */
+	CHECK(kill(target, SIGSTOP) == 0);
+	for (int k = 0; k < 5000 && !stopped(target); k++)
+		usleep(1000);
+	CHECK(stopped(target));
+	CHECK_OK(xfer_write(e, &w, NULL));
+	int got = xfer_cq_wait(e, &q, 1, 10000);
+	bool still = stopped(target);
+	CHECK(kill(target, SIGCONT) == 0);
+	if (got != 1 || !still) {
+		fprintf(stderr, "write to a stopped target: %s%s\n", got == 1 ? "completed" : xfer_strerror(got),
+			still ? "" : " (but the target ran meanwhile)");
+		return 1;
+	}
+	CHECK_RC(q.res, 0);
+
+	/* One after another: each write's context lives on as its notice after
+	 * the write completed, and must come back (a leak would stall posting
+	 * once the contexts ran out, well before 2,000). */
+	w.len = 64u << 10; /* the same bytes again, a slice of them */
+	for (int k = 0; k < N_ROW; k++) {
+		CHECK_OK(xfer_write(e, &w, NULL));
+		CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	}
+	CHECK(t_recv_u64(fd) == 1); /* every immediate counted, bytes checked */
+	t_send_u64(fd, 2);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(fc.ipc_opens == 1 && fc.syncs == 0);
+	xfer_rmr_free(dst);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(src);
+	printf("write-notice: waits spun during the copy and slept once it stalled; a write to a stopped target "
+	       "completed; %d more writes, every immediate counted once\n", N_ROW);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "scatter-ipc";
@@ -679,6 +826,8 @@ int main(int argc, char **argv)
 		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
+	if (!strcmp(mode, "write-notice"))
+		return t_run_procs(1, notice_target, notice_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
 	if (!strncmp(mode, "write-batch", 11)) {
