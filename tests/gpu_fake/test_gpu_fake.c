@@ -276,18 +276,44 @@ static int write_target(int idx, int fd, void *arg)
 	return 0;
 }
 
+/* A writer: its engine, WLEN bytes of GPU memory filled from seed and
+ * registered, and the target's region imported. */
+struct wsrc {
+	xfer_engine_t *e;
+	uint8_t *src;
+	xfer_mr_t *mr;
+	xfer_rmr_t *dst;
+};
+
+static struct wsrc wsrc_open(int fd, uint64_t seed)
+{
+	struct wsrc s;
+	xfer_peer_t peer;
+	s.e = fake_engine(fd, &peer);
+	s.src = fake_cuda_alloc(WLEN, 0);
+	CHECK(s.src);
+	t_fill(s.src, WLEN, seed);
+	CHECK_OK(xfer_mr_reg(s.e, s.src, WLEN, &s.mr));
+	s.dst = t_recv_rmr(s.e, peer, fd);
+	return s;
+}
+
+static void wsrc_close(struct wsrc *s)
+{
+	xfer_rmr_free(s->dst);
+	CHECK_OK(xfer_mr_dereg(s->mr));
+	xfer_engine_destroy(s->e);
+	fake_cuda_free(s->src);
+}
+
 static int write_source(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	xfer_peer_t peer;
-	xfer_engine_t *e = fake_engine(fd, &peer);
-	uint8_t *src = fake_cuda_alloc(WLEN, 0);
-	CHECK(src);
-	t_fill(src, WLEN, 9);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, src, WLEN, &mr));
-	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
+	struct wsrc ws = wsrc_open(fd, 9);
+	xfer_engine_t *e = ws.e;
+	xfer_mr_t *mr = ws.mr;
+	xfer_rmr_t *dst = ws.dst;
 	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = 1, .flags = XFER_F_IMM};
 	CHECK_OK(xfer_write(e, &w, NULL));
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
@@ -317,10 +343,7 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
-	xfer_rmr_free(dst);
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(src);
+	wsrc_close(&ws);
 	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
 	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
 	       (unsigned long long)fc.launches);
@@ -690,8 +713,8 @@ static int notice_target(int idx, int fd, void *arg)
 	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
 	struct xfer_completion c = {0};
 	CHECK_OK(xfer_expect_imm(e, IMM_NOTICE, 2 + N_ROW, &c));
-	t_send_u64(fd, (uint64_t)getpid());
 	t_send_desc(fd, mr);
+	t_send_u64(fd, (uint64_t)getpid());
 	CHECK_RC(t_wait_cqe(e, 60000).res, 0);
 	t_fill(want, WLEN, 11);
 	CHECK(memcmp(gpu, want, WLEN) == 0);
@@ -741,16 +764,10 @@ static int notice_source(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	xfer_peer_t peer;
-	xfer_engine_t *e = fake_engine(fd, &peer);
-	uint8_t *src = fake_cuda_alloc(WLEN, 0);
-	CHECK(src);
-	t_fill(src, WLEN, 11);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, src, WLEN, &mr));
+	struct wsrc ws = wsrc_open(fd, 11);
+	xfer_engine_t *e = ws.e;
 	pid_t target = (pid_t)t_recv_u64(fd);
-	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
-	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = IMM_NOTICE, .flags = XFER_F_IMM};
+	struct xfer_write w = {.src = ws.mr, .dst = ws.dst, .len = WLEN, .imm = IMM_NOTICE, .flags = XFER_F_IMM};
 	struct xfer_cqe q;
 
 	/* A copy that does not finish (events held): the wait spins while it
@@ -802,10 +819,7 @@ static int notice_source(int n, const int *fds, void *arg)
 	t_send_u64(fd, 2);
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	CHECK(fc.ipc_opens == 1 && fc.syncs == 0);
-	xfer_rmr_free(dst);
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(src);
+	wsrc_close(&ws);
 	printf("write-notice: waits spun during the copy and slept once it stalled; a write to a stopped target "
 	       "completed; %d more writes, every immediate counted once\n", N_ROW);
 	return 0;
