@@ -77,13 +77,15 @@ static double pct(std::vector<double> &v, double p)
 // the completion of call k, CLOCK_MONOTONIC like the engine's stamps). For
 // a same-host GPU write "first post" is the copy handed to the GPU engine
 // and "last post" its notice (core/path.c, core/notice.c).
-static void print_trace(xfer_engine_t *e, const char *op, const std::vector<uint64_t> &seen)
+static void print_trace(xfer_engine_t *e, const char *op, const std::vector<uint64_t> &seen,
+			const std::vector<uint64_t> &at_target)
 {
 	static const char *names[] = {"call->queued",          "queued->worker took it", "took->copy issued",
 				      "copy issued->notice posted (launch, copy, event)",
 				      "notice posted->completion", "completion->application has it",
-				      "call->application has it"};
-	enum { NCOL = 7 };
+				      "call->application has it", "notice posted->target application has the imm",
+				      "writer has completion->target has the imm"};
+	enum { NCOL = 9 };
 	std::vector<struct xfer_trace> t(seen.size() + 64);
 	int n = xfer_trace_read(e, t.data(), (int)t.size());
 	std::vector<double> col[NCOL];
@@ -91,11 +93,12 @@ static void print_trace(xfer_engine_t *e, const char *op, const std::vector<uint
 		const struct xfer_trace &r = t[i];
 		if (r.user_data >= seen.size() || !seen[r.user_data] || !r.t_first || !r.t_last)
 			continue;
-		uint64_t app = seen[r.user_data];
+		uint64_t app = seen[r.user_data], tgt = at_target[r.user_data];
 		uint64_t st[NCOL] = {r.t_enq - r.t_call, r.t_deq - r.t_enq, r.t_first - r.t_deq, r.t_last - r.t_first,
-				     r.t_done - r.t_last, app - r.t_done, app - r.t_call};
+				     r.t_done - r.t_last, app - r.t_done, app - r.t_call, tgt - r.t_last, tgt - app};
 		for (int c = 0; c < NCOL; c++)
-			col[c].push_back((double)(int64_t)st[c] / 1e3);
+			if (c < 7 || tgt)
+				col[c].push_back((double)(int64_t)st[c] / 1e3);
 	}
 	for (int c = 0; c < NCOL; c++) {
 		double p50 = pct(col[c], 0.5), p90 = pct(col[c], 0.9);
@@ -156,10 +159,32 @@ static void baseline(int rx_fd, int tx_fd)
 
 // ------------------------------------------------------------- target
 
-enum { CMD_ZERO = 1, CMD_CHECK_PAGED, CMD_CHECK_SINGLE, CMD_END };
+// CMD_STAMP (XFER_BENCH_TRACE): the target waits for `imms` writes of
+// immediate `imm` one at a time and sends back when it had each.
+enum { CMD_ZERO = 1, CMD_CHECK_PAGED, CMD_CHECK_SINGLE, CMD_END, CMD_STAMP };
 struct check {
 	uint64_t cmd, row, seed, imm, imms, len;
 };
+
+// The target application's side of a traced row: each immediate awaited
+// alone (an arrival before the expectation counts for it), and when this
+// process had it, CLOCK_MONOTONIC (system-wide: comparable with the writer's).
+static void stamp_arrivals(xfer_engine_t *e, int fd, uint32_t imm, uint64_t n)
+{
+	std::vector<uint64_t> st(n);
+	struct xfer_completion xc;
+	memset(&xc, 0, sizeof(xc));
+	xc.timeout_ms = 20000;
+	XK(xfer_expect_imm(e, imm, 1, &xc));
+	send_u64(fd, 0); // armed: the writes may start
+	for (uint64_t k = 0; k < n; k++) {
+		XK(gpu_wait(e).res);
+		st[k] = mono_ns();
+		if (k + 1 < n)
+			XK(xfer_expect_imm(e, imm, 1, &xc));
+	}
+	put_blob(fd, st.data(), n * sizeof(uint64_t));
+}
 
 static int receiver(int fd, int base_fd, int dev)
 {
@@ -186,6 +211,10 @@ static int receiver(int fd, int base_fd, int dev)
 		get_blob(fd, &c, sizeof(c));
 		if (c.cmd == CMD_END)
 			break;
+		if (c.cmd == CMD_STAMP) {
+			stamp_arrivals(e, fd, (uint32_t)c.imm, c.imms);
+			continue;
+		}
 		if (c.cmd == CMD_ZERO) {
 			CK(cudaMemset(dst, 0, MAXLEN));
 			CK(cudaDeviceSynchronize());
@@ -321,9 +350,15 @@ static int sender(int fd, int base_fd, int dst_dev)
 			// Traced: 1 in flight, every call (user_data k2), and when the
 			// application had each completion.
 			bool traced = bench_trace && depths[d] == 1;
-			std::vector<uint64_t> seen(traced ? (size_t)it : 0);
-			if (traced)
+			std::vector<uint64_t> seen(traced ? (size_t)it : 0), at_target(seen.size());
+			// Traced writes carry an immediate of their own, which the
+			// target awaits write by write (CMD_STAMP).
+			const uint32_t imm_row = w.imm;
+			if (traced) {
+				w.imm = imm_row | 0x80000u;
+				ask(fd, (struct check){CMD_STAMP, 0, 0, w.imm, (uint64_t)it, 0});
 				xfer_engine_trace(e, 1);
+			}
 			double t0 = now_s();
 			for (int k2 = 0; k2 < it; k2++) {
 				if (inflight == depths[d]) {
@@ -346,12 +381,15 @@ static int sender(int fd, int base_fd, int dst_dev)
 					seen[q.user_data] = mono_ns();
 			}
 			gbs[d] = (double)sizes[i] * it / (now_s() - t0) / 1e9;
-			total += it;
+			if (!traced)
+				total += it;
 			if (traced) {
 				xfer_engine_trace(e, 0);
+				get_blob(fd, at_target.data(), at_target.size() * sizeof(uint64_t));
+				w.imm = imm_row;
 				char op[64];
 				snprintf(op, sizeof(op), "single %zu KiB", sizes[i] >> 10);
-				print_trace(e, op, seen);
+				print_trace(e, op, seen, at_target);
 			}
 		}
 		uint64_t bad = ask(fd, (struct check){CMD_CHECK_SINGLE, 0, seed, imm, (uint64_t)total, sizes[i]});
