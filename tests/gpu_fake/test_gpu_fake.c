@@ -775,7 +775,11 @@ static int notice_source(int n, const int *fds, void *arg)
 	 * moved for 100 ms. */
 	fake_cuda_hold_events(1);
 	CHECK_OK(xfer_write(e, &w, NULL));
-	t_sync_worker(e); /* the worker took the write and issued its copy */
+	/* The worker runs a sync in the turn that takes it, before that turn
+	 * issues the copies it took and publishes them: the second sync is
+	 * taken in a later turn, after the copy is published as in flight. */
+	t_sync_worker(e);
+	t_sync_worker(e);
 	long v0 = voluntary_switches();
 	uint64_t t0 = ms_now();
 	CHECK_RC(xfer_cq_wait(e, &q, 1, 30), -ETIMEDOUT);
