@@ -738,6 +738,19 @@ static uint64_t ms_now(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* ThreadSanitizer's runtime can block inside an atomic access (its own
+ * locks): a voluntary switch that is not the wait going to sleep. */
+#if defined(__SANITIZE_THREAD__)
+#define SWITCHES_MEAN_SLEEP 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SWITCHES_MEAN_SLEEP 0
+#endif
+#endif
+#ifndef SWITCHES_MEAN_SLEEP
+#define SWITCHES_MEAN_SLEEP 1
+#endif
+
 static long voluntary_switches(void)
 {
 	struct rusage ru;
@@ -785,7 +798,7 @@ static int notice_source(int n, const int *fds, void *arg)
 	CHECK_RC(xfer_cq_wait(e, &q, 1, 30), -ETIMEDOUT);
 	CHECK(ms_now() - t0 >= 30);
 	long v1 = voluntary_switches();
-	if (v1 != v0) {
+	if (SWITCHES_MEAN_SLEEP && v1 != v0) {
 		fprintf(stderr, "the wait slept (%ld voluntary switches) while a GPU copy was in flight\n", v1 - v0);
 		return 1;
 	}
