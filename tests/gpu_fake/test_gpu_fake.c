@@ -15,6 +15,8 @@
  *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
+ *   write-flag  write-ipc with XFER_GPU_DONE=flag: each copy's end is read
+ *       from a word its stream writes after it (one write per copy)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
  *   (in every write mode neither worker calls cuStreamSynchronize: the
@@ -58,7 +60,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged, no_kernel;
+static bool staged, no_kernel, done_flag;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -343,6 +345,10 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
+	/* XFER_GPU_DONE=flag (write-flag): each tracked copy is followed by its
+	 * stream's write of a word, which the worker reads for its end (no
+	 * event query found one done). */
+	CHECK(fc.write_values == (done_flag ? 2u : 0u) && (!done_flag || fc.events_done == 0));
 	wsrc_close(&ws);
 	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
 	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
@@ -851,6 +857,9 @@ int main(int argc, char **argv)
 	no_kernel = strstr(mode, "-engine") != NULL;
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
+	done_flag = !strcmp(mode, "write-flag");
+	if (done_flag)
+		setenv("XFER_GPU_DONE", "flag", 1);
 	if (no_kernel)
 		setenv("XFER_GPU_KERNEL", "0", 1);
 	if (!strcmp(mode, "scatter-cut"))
