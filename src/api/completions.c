@@ -60,9 +60,11 @@ static bool gpu_moving(const xfer_engine_t *e, uint64_t now)
 	return now < moved || now - moved < WAIT_GPU_STALL_NS;
 }
 
-/* Waits on `seq` until try() yields something or the timeout passes. */
+/* Waits on `seq` until try() yields something or the timeout passes;
+ * gpu: what it waits for may be a GPU copy's completion (the CQ, not
+ * received messages). */
 static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
-		    int (*try)(void *), void *arg)
+		    bool gpu, int (*try)(void *), void *arg)
 {
 	uint64_t start = xi_now_ns();
 	uint64_t end = timeout_ms > UINT64_MAX / 2000000ull ? UINT64_MAX : start + timeout_ms * 1000000ull;
@@ -76,7 +78,7 @@ static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waite
 		uint64_t now = xi_now_ns();
 		if (now >= end)
 			return -ETIMEDOUT;
-		if (now - start < spin_ns || gpu_moving(e, now)) {
+		if (now - start < spin_ns || (gpu && gpu_moving(e, now))) {
 			if (xi_spin_yields())
 				sched_yield(); /* let the worker run on small machines */
 			else
@@ -113,7 +115,7 @@ int xfer_cq_wait(xfer_engine_t *e, struct xfer_cqe *cqes, int max, uint64_t time
 	if (!e || !cqes || max <= 0)
 		return -EINVAL;
 	struct cq_try t = {e, cqes, max};
-	return wait_for(e, &e->cq_seq, &e->cq_waiters, timeout_ms, try_cq, &t);
+	return wait_for(e, &e->cq_seq, &e->cq_waiters, timeout_ms, true, try_cq, &t);
 }
 
 int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info)
@@ -160,5 +162,5 @@ int xfer_recv_wait(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info
 	if (!e)
 		return -EINVAL;
 	struct recv_try t = {e, buf, cap, info};
-	return wait_for(e, &e->inbox_seq, &e->inbox_waiters, timeout_ms, try_recv, &t);
+	return wait_for(e, &e->inbox_seq, &e->inbox_waiters, timeout_ms, false, try_recv, &t);
 }
