@@ -217,12 +217,19 @@ static void wake_app(struct worker *w)
  * long copy costs their spinning reads no cache-line transfers. */
 static void publish_gpu(struct worker *w, uint64_t now, int finished)
 {
-	uint32_t busy = xi_gpu_pending(w->gpu);
+	/* A copy a peer announced to us counts as one of ours: what waits for
+	 * its immediate is a copy away too. */
+	uint32_t busy = xi_gpu_pending(w->gpu) + xi_notice_expected(w, now);
 	if (busy == w->gpu_busy && !finished)
 		return;
+	bool began = busy && !w->gpu_busy;
 	w->gpu_busy = busy;
 	atomic_store_explicit(&w->e->gpu_moved_ns, now, memory_order_relaxed);
 	atomic_store_explicit(&w->e->gpu_busy, busy, memory_order_release);
+	/* A wait that went to sleep before the copies began (a target's, for
+	 * the immediate of a copy announced to it) wakes and spins instead. */
+	if (began)
+		xi_deliver_nudge(w);
 }
 
 /* Busy-poll mode with cores to spare: an application waiting for its peer
@@ -303,6 +310,11 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 	if (reply_due && w->reply_watch_ns)
 		n += await_reply(w);
 	return n;
+}
+
+bool xi_worker_copying(const struct worker *w, uint64_t now)
+{
+	return xi_gpu_pending(w->gpu) || xi_notice_expected(w, now);
 }
 
 bool xi_worker_busy(const struct worker *w)

@@ -203,6 +203,41 @@ static void detached_done(struct worker *w, struct wr *wr, int status)
 	xi_tx_wr_put(w, wr);
 }
 
+/* A copy this long outlasts the target's spin (50 us by default) or its
+ * wake-up: the target is told when it starts (xi_notice_ahead). */
+#define AHEAD_MIN_BYTES (32ull << 20)
+
+void xi_notice_ahead(struct worker *w, const struct op *op, uint64_t bytes)
+{
+	xfer_engine_t *e = w->e;
+	const struct sub *s = &op->s;
+	unsigned n = op->nic_base;
+	const struct peer *p = &e->peers[s->peer];
+	if (!(s->flags & XFER_F_IMM) || bytes < AHEAD_MIN_BYTES || !xi_peer_live(p) || !xi_tx_ready(w, n, TX_DATA))
+		return;
+	/* Best effort: without a context or a bounce buffer the target only
+	 * wakes when the counting notice comes. */
+	struct wr *wr = xi_tx_wr(w, TX_DATA);
+	uint32_t b;
+	uint8_t *buf = wr ? xi_tx_buf(w, &b) : NULL;
+	if (!buf) {
+		if (wr)
+			xi_tx_wr_put(w, wr);
+		return;
+	}
+	struct xi_notice nt = {.region_id = dst_of(op)->region_id, .imm = s->imm};
+	struct wire_cursor c;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &nt);
+	int len = xi_notice_end(&c, &nt);
+	/* Completes like a copy's detached notice (xi_notice_done). */
+	*wr = (struct wr){.op = NULL, .slot = s->peer, .nic = (uint8_t)n, .kind = WR_NOTICE, .sendbuf = UINT32_MAX};
+	if (len < 0 || xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr)) {
+		if (len < 0)
+			xi_tx_buf_put(w, b);
+		xi_tx_wr_put(w, wr);
+	}
+}
+
 void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 {
 	struct op *op = wr->op;
@@ -360,9 +395,25 @@ static int land_by_kernel(struct worker *w, const xfer_mr_t *mr, const struct xi
 	return ret == -EAGAIN ? 1 : ret;
 }
 
+/* How long a target stays awake for a copy it was told of (the copy's
+ * end, which the counting notice brings, normally comes much sooner). */
+#define AHEAD_NS 100000000ull
+
+bool xi_notice_expected(const struct worker *w, uint64_t now)
+{
+	return w->ahead_until > now;
+}
+
 void xi_notice_received(struct worker *w, const struct xi_notice *n)
 {
 	xfer_engine_t *e = w->e;
+	if (!n->nranges) {
+		/* Nothing to count: a copy to us has begun (xi_notice_ahead); else
+		 * a copy's count, which ends the wait for it. */
+		w->ahead_until = n->count ? 0 : xi_now_ns() + AHEAD_NS;
+		if (!n->count)
+			return;
+	}
 	if (n->nranges) {
 		xfer_mr_t *mr = xi_regions_find(e, n->region_id);
 		/* Ranges name mirror bytes: a region written in place has none. */

@@ -540,9 +540,10 @@ static int post_ipc(struct worker *w, struct op *op)
 	op->copies = 1;
 	if (op->s.t_call)
 		op->t_first_ret = op->t_last = xi_now_ns();
+	uint64_t bytes = s->kind == SUB_WRITE ? s->u.write.len : (uint64_t)s->u.paged.npages * s->u.paged.page_len;
+	xi_notice_ahead(w, op, bytes);
 	/* One write to the peer, whatever the copy engine splits it into. */
-	xi_tel_peer_write(w->tel, s->peer, s->kind == SUB_WRITE ? s->u.write.len
-						      : (uint64_t)s->u.paged.npages * s->u.paged.page_len);
+	xi_tel_peer_write(w->tel, s->peer, bytes);
 	return 0;
 }
 

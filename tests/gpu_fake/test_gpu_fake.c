@@ -15,6 +15,9 @@
  *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
+ *   write-ahead  a 32 MiB write whose copy is held: the writer announces it,
+ *       so the target's wait for its immediate spins (no voluntary context
+ *       switch) until the count comes, for at most 100 ms, then sleeps
  *   write-flag  write-ipc with XFER_GPU_DONE=flag: each copy's end is read
  *       from a word its stream writes after it (one write per copy)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
@@ -287,17 +290,22 @@ struct wsrc {
 	xfer_rmr_t *dst;
 };
 
-static struct wsrc wsrc_open(int fd, uint64_t seed)
+static struct wsrc wsrc_open_len(int fd, uint64_t seed, size_t len)
 {
 	struct wsrc s;
 	xfer_peer_t peer;
 	s.e = fake_engine(fd, &peer);
-	s.src = fake_cuda_alloc(WLEN, 0);
+	s.src = fake_cuda_alloc(len, 0);
 	CHECK(s.src);
-	t_fill(s.src, WLEN, seed);
-	CHECK_OK(xfer_mr_reg(s.e, s.src, WLEN, &s.mr));
+	t_fill(s.src, len, seed);
+	CHECK_OK(xfer_mr_reg(s.e, s.src, len, &s.mr));
 	s.dst = t_recv_rmr(s.e, peer, fd);
 	return s;
+}
+
+static struct wsrc wsrc_open(int fd, uint64_t seed)
+{
+	return wsrc_open_len(fd, seed, WLEN);
 }
 
 static void wsrc_close(struct wsrc *s)
@@ -848,6 +856,77 @@ static int notice_source(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------------ announced copy */
+
+#define ALEN (32u << 20)
+#define IMM_AHEAD 0x6f8
+
+static int ahead_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	xfer_engine_t *e = fake_engine(fd, NULL);
+	uint8_t *gpu = fake_cuda_alloc(ALEN, 1), *want = malloc(ALEN);
+	CHECK(gpu && want);
+	xfer_mr_t *mr;
+	CHECK_OK(xfer_mr_reg(e, gpu, ALEN, &mr));
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_AHEAD + 1, 1, &c));
+	t_send_desc(fd, mr);
+	/* A short write first (not announced): the connection is up (on tcp
+	 * the first message to a peer waits for its setup). */
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK_OK(xfer_expect_imm(e, IMM_AHEAD, 1, &c));
+	t_send_u64(fd, 0);
+	CHECK(t_recv_u64(fd) == 1); /* the copy is issued and held */
+	usleep(50000);              /* its announcement has long arrived */
+	struct xfer_cqe q;
+	long v0 = voluntary_switches();
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 30), -ETIMEDOUT);
+	long v1 = voluntary_switches();
+	if (SWITCHES_MEAN_SLEEP && v1 != v0) {
+		fprintf(stderr, "the target's wait slept (%ld switches) during a copy announced to it\n", v1 - v0);
+		return 1;
+	}
+	/* 100 ms after the announcement it no longer keeps the wait awake. */
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 300), -ETIMEDOUT);
+	CHECK(voluntary_switches() > v1);
+	t_send_u64(fd, 2);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	t_fill(want, ALEN, 13);
+	CHECK(memcmp(gpu, want, ALEN) == 0);
+	t_send_u64(fd, 3);
+	CHECK_OK(xfer_mr_dereg(mr));
+	xfer_engine_destroy(e);
+	fake_cuda_free(gpu);
+	free(want);
+	return 0;
+}
+
+static int ahead_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	struct wsrc ws = wsrc_open_len(fd, 13, ALEN);
+	struct xfer_write w = {.src = ws.mr, .dst = ws.dst, .len = 4096, .imm = IMM_AHEAD + 1, .flags = XFER_F_IMM};
+	CHECK_OK(xfer_write(ws.e, &w, NULL));
+	CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 0);
+	w.len = ALEN;
+	w.imm = IMM_AHEAD;
+	fake_cuda_hold_events(1);
+	CHECK_OK(xfer_write(ws.e, &w, NULL));
+	t_sync_worker(ws.e);
+	t_sync_worker(ws.e); /* a later turn: the copy issued, its announcement posted */
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	fake_cuda_hold_events(0);
+	CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 3);
+	wsrc_close(&ws);
+	printf("write-ahead: the target's wait spun during a copy announced to it, and slept after the bound\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "scatter-ipc";
@@ -866,6 +945,8 @@ int main(int argc, char **argv)
 		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
+	if (!strcmp(mode, "write-ahead"))
+		return t_run_procs(1, ahead_target, ahead_source, NULL);
 	if (!strcmp(mode, "write-notice"))
 		return t_run_procs(1, notice_target, notice_source, NULL);
 	if (!strcmp(mode, "write-ring"))
