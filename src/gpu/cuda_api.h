@@ -86,8 +86,8 @@ struct cuda_api {
 				   CUstream, void **, void **);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
-	/* Optional: a stream's write of a word, ordered after its copies
-	 * (XFER_GPU_DONE=flag, gpu/gpu_copy.c). */
+	/* Optional: a stream's write of a word, ordered after its copies (the
+	 * copy-end words of gpu/gpu_copy.c; without it, events). */
 	CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
 };
 

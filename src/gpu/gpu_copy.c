@@ -33,8 +33,8 @@ struct gpu_wait {
 	uint32_t idx_bytes; /* of its device's page-list ring, freed when it fires */
 	bool failed;        /* its batch's launch failed: reported as -EIO */
 	uint32_t trace;     /* its trace record (XFER_GPU_TRACE) */
-	/* XFER_GPU_DONE=flag: the stream writes flag_seq to word flag_slot of
-	 * its device's flags once the copy is done (0: no word, the event only). */
+	/* The stream writes flag_seq to word flag_slot of its device's flags
+	 * once the copy is done (0: no word, the event only). */
 	uint32_t flag_seq, flag_slot;
 };
 
@@ -103,12 +103,12 @@ struct xi_gpu {
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
-	/* XFER_GPU_DONE=flag: after each copy (before its event) the stream
-	 * writes a sequence number to a pinned host word, which xi_gpu_poll
-	 * reads instead of querying the event: a query that finds the copy done
-	 * cost this thread ~1.8 us on an H200 (docs/performance.md), on the
-	 * way of every lone write. The event is still queried now and then: a
-	 * copy that fails never writes its word. */
+	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
+	 * its event) the stream writes a sequence number to a pinned host word,
+	 * which xi_gpu_poll reads instead of querying the event: a query that
+	 * finds the copy done cost this thread 1.6-1.9 us on an H200
+	 * (docs/performance.md), on the way of every lone write. The event is
+	 * still queried now and then: a copy that fails never writes its word. */
 	bool done_flag;
 	uint32_t *flags[XI_GPU_DEVS]; /* XI_GPU_RING words per device, pinned and mapped; NULL: events only */
 	CUdeviceptr flags_dev[XI_GPU_DEVS];
@@ -116,7 +116,7 @@ struct xi_gpu {
 	uint32_t flag_polls;
 };
 
-/* Polls between two queries of a flagged copy's event (XFER_GPU_DONE=flag). */
+/* Polls between two queries of the event of a copy that writes a word. */
 #define FLAG_QUERY_EVERY 64u
 
 enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
@@ -159,7 +159,11 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
-	g->done_flag = env_is("XFER_GPU_DONE", "flag") && c->cuStreamWriteValue32;
+	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
+	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
+	 * fast as with event queries, and equal from 256 MiB and at 16 in
+	 * flight (docs/performance.md). XFER_GPU_DONE=event: queries only. */
+	g->done_flag = !env_is("XFER_GPU_DONE", "event") && c->cuStreamWriteValue32;
 	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
 	 * it was the best or within noise of the best on every paged row and
 	 * the steadiest (docs/performance.md). */
@@ -182,18 +186,8 @@ static CUstream stream_of(struct xi_gpu *g, int dev)
 {
 	if (dev < 0 || dev >= XI_GPU_DEVS || use_dev(g, dev))
 		return NULL;
-	if (!g->stream[dev]) {
-		if (g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
-			return NULL;
-		if (g->done_flag && (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
-							  CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
-				     g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0))) {
-			xwarn("XFER_GPU_DONE=flag: no mapped memory for the flags of device %d: its copies use events", dev);
-			g->flags[dev] = NULL;
-		}
-		if (g->flags[dev])
-			memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
-	}
+	if (!g->stream[dev] && g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
+		return NULL;
 	if (!g->trace_tried) {
 		g->trace_tried = true; /* pinned memory needs a current context */
 		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
@@ -293,16 +287,30 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
  * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
  * hold it, or 1 for a list that would not fit even an empty ring. */
 
-/* XFER_GPU_DONE=flag: the stream's write of a fresh sequence number to
- * word slot of dev's flags, after everything queued on st so far: the value,
- * or 0 (no flags here, or the driver refused: events only from now on). */
+/* The stream's write of a fresh sequence number to word slot of dev's
+ * flags, after everything queued on st so far: the value, or 0 (words off,
+ * or no memory for them, or the driver refused: events only from now on). */
 static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
 {
-	if (!g->done_flag || !g->flags[dev])
+	if (!g->done_flag)
 		return 0;
+	if (!g->flags[dev]) {
+		/* Once per device, at its first tracked copy (like its events). */
+		if (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
+					 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
+		    g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0)) {
+			xwarn("no mapped memory for the copy-end words of device %d: copies use events", dev);
+			if (g->flags[dev])
+				g->c->cuMemFreeHost(g->flags[dev]);
+			g->flags[dev] = NULL;
+			g->done_flag = false;
+			return 0;
+		}
+		memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
+	}
 	uint32_t seq = ++g->flag_seq ? g->flag_seq : ++g->flag_seq; /* never 0 */
 	if (g->c->cuStreamWriteValue32(st, g->flags_dev[dev] + slot * sizeof(uint32_t), seq, 0)) {
-		xwarn("XFER_GPU_DONE=flag: the driver refused a stream write: copies use events");
+		xwarn("the driver refused a stream write (cuStreamWriteValue32): copies' ends are seen by events");
 		g->done_flag = false;
 		return 0;
 	}

@@ -571,7 +571,7 @@ static CUresult f_event_query(CUevent e)
 		return CUDA_ERROR_NOT_READY;
 	struct stream *st = ev->st;
 	if (++ev->queries < 3) {
-		/* A stream that writes words (XFER_GPU_DONE=flag) gets there at the
+		/* A stream that writes words (copy-end words) gets there at the
 		 * second query, which still says not ready: a word then seen is
 		 * the only sign that its copies are done. */
 		bool words = false;

@@ -18,8 +18,10 @@
  *   write-ahead  a 32 MiB write whose copy is held: the writer announces it,
  *       so the target's wait for its immediate spins (no voluntary context
  *       switch) until the count comes, for at most 100 ms, then sleeps
- *   write-flag  write-ipc with XFER_GPU_DONE=flag: each copy's end is read
- *       from a word its stream writes after it (one write per copy)
+ *   write-event  write-ipc with XFER_GPU_DONE=event: copies' ends seen by
+ *       event queries (by default, and in write-ipc, each copy's end is
+ *       read from a word its stream writes after it: one write per copy,
+ *       and no event query finds a copy done)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
  *   (in every write mode neither worker calls cuStreamSynchronize: the
@@ -353,9 +355,9 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
-	/* XFER_GPU_DONE=flag (write-flag): each tracked copy is followed by its
-	 * stream's write of a word, which the worker reads for its end (no
-	 * event query found one done). */
+	/* Each tracked copy is followed by its stream's write of a word, which
+	 * the worker reads for its end (no event query found one done);
+	 * XFER_GPU_DONE=event (write-event): no words, events. */
 	CHECK(fc.write_values == (done_flag ? 2u : 0u) && (!done_flag || fc.events_done == 0));
 	wsrc_close(&ws);
 	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
@@ -936,9 +938,9 @@ int main(int argc, char **argv)
 	no_kernel = strstr(mode, "-engine") != NULL;
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
-	done_flag = !strcmp(mode, "write-flag");
-	if (done_flag)
-		setenv("XFER_GPU_DONE", "flag", 1);
+	done_flag = strcmp(mode, "write-event") != 0;
+	if (!done_flag)
+		setenv("XFER_GPU_DONE", "event", 1);
 	if (no_kernel)
 		setenv("XFER_GPU_KERNEL", "0", 1);
 	if (!strcmp(mode, "scatter-cut"))
