@@ -67,6 +67,18 @@ static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t
 	return xi_notice_end(&c, &n);
 }
 
+/* A context and a bounce buffer for a notice of its own, both or neither. */
+static struct wr *notice_wr(struct worker *w, uint32_t *b, uint8_t **buf)
+{
+	struct wr *wr = xi_tx_wr(w, TX_DATA);
+	*buf = wr ? xi_tx_buf(w, b) : NULL;
+	if (wr && !*buf) {
+		xi_tx_wr_put(w, wr);
+		wr = NULL;
+	}
+	return wr;
+}
+
 int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 {
 	xfer_engine_t *e = w->e;
@@ -75,14 +87,11 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 		return -XFER_EPEER;
 	if (!xi_tx_ready(w, n, TX_DATA))
 		return -EAGAIN;
-	struct wr *wr = xi_tx_wr(w, TX_DATA);
 	uint32_t b;
-	uint8_t *buf = wr ? xi_tx_buf(w, &b) : NULL;
-	if (!buf) {
-		if (wr)
-			xi_tx_wr_put(w, wr);
+	uint8_t *buf;
+	struct wr *wr = notice_wr(w, &b, &buf);
+	if (!wr)
 		return -EAGAIN;
-	}
 	int len = build_op_notice(e, op, k, buf);
 	if (len < 0) {
 		xi_tx_buf_put(w, b);
@@ -217,14 +226,11 @@ void xi_notice_ahead(struct worker *w, const struct op *op, uint64_t bytes)
 		return;
 	/* Best effort: without a context or a bounce buffer the target only
 	 * wakes when the counting notice comes. */
-	struct wr *wr = xi_tx_wr(w, TX_DATA);
 	uint32_t b;
-	uint8_t *buf = wr ? xi_tx_buf(w, &b) : NULL;
-	if (!buf) {
-		if (wr)
-			xi_tx_wr_put(w, wr);
+	uint8_t *buf;
+	struct wr *wr = notice_wr(w, &b, &buf);
+	if (!wr)
 		return;
-	}
 	struct xi_notice nt = {.region_id = dst_of(op)->region_id, .imm = s->imm};
 	struct wire_cursor c;
 	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &nt);

@@ -242,14 +242,40 @@ static int scatter_root(int n, const int *fds, void *arg)
 #define PAGES 64u
 #define PAGE 4096u
 
+/* A target: its engine, len bytes of GPU memory on dev registered, and a
+ * host buffer for the bytes it should end up holding. */
+struct wdst {
+	xfer_engine_t *e;
+	uint8_t *gpu, *want;
+	xfer_mr_t *mr;
+};
+
+static struct wdst wdst_open(int fd, size_t len, int dev)
+{
+	struct wdst d;
+	d.e = fake_engine(fd, NULL);
+	d.gpu = fake_cuda_alloc(len, dev);
+	d.want = malloc(len);
+	CHECK(d.gpu && d.want);
+	CHECK_OK(xfer_mr_reg(d.e, d.gpu, len, &d.mr));
+	return d;
+}
+
+static void wdst_close(struct wdst *d)
+{
+	CHECK_OK(xfer_mr_dereg(d->mr));
+	xfer_engine_destroy(d->e);
+	fake_cuda_free(d->gpu);
+	free(d->want);
+}
+
 static int write_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	xfer_engine_t *e = fake_engine(fd, NULL);
-	uint8_t *gpu = fake_cuda_alloc(WLEN, 2), *want = malloc(WLEN);
-	CHECK(gpu && want);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	struct wdst d = wdst_open(fd, WLEN, 2);
+	xfer_engine_t *e = d.e;
+	uint8_t *gpu = d.gpu, *want = d.want;
+	xfer_mr_t *mr = d.mr;
 	/* The copy kernels are loaded at registration, before anything lands:
 	 * a lazy load at the first landing could wait for an application kernel
 	 * spinning on that landing's signal word (gpu_copy.c). */
@@ -276,10 +302,7 @@ static int write_target(int idx, int fd, void *arg)
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(gpu);
-	free(want);
+	wdst_close(&d);
 	return 0;
 }
 
@@ -722,11 +745,10 @@ static int cut_root(int n, const int *fds, void *arg)
 static int notice_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	xfer_engine_t *e = fake_engine(fd, NULL);
-	uint8_t *gpu = fake_cuda_alloc(WLEN, 1), *want = malloc(WLEN);
-	CHECK(gpu && want);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	struct wdst d = wdst_open(fd, WLEN, 1);
+	xfer_engine_t *e = d.e;
+	uint8_t *gpu = d.gpu, *want = d.want;
+	xfer_mr_t *mr = d.mr;
 	struct xfer_completion c = {0};
 	CHECK_OK(xfer_expect_imm(e, IMM_NOTICE, 2 + N_ROW, &c));
 	t_send_desc(fd, mr);
@@ -740,10 +762,7 @@ static int notice_target(int idx, int fd, void *arg)
 	uint32_t extra = 99;
 	CHECK_OK(xfer_imm_disarm(e, IMM_NOTICE, &extra));
 	CHECK(extra == 0); /* nothing counted twice */
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(gpu);
-	free(want);
+	wdst_close(&d);
 	return 0;
 }
 
@@ -866,11 +885,10 @@ static int notice_source(int n, const int *fds, void *arg)
 static int ahead_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	xfer_engine_t *e = fake_engine(fd, NULL);
-	uint8_t *gpu = fake_cuda_alloc(ALEN, 1), *want = malloc(ALEN);
-	CHECK(gpu && want);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, gpu, ALEN, &mr));
+	struct wdst d = wdst_open(fd, ALEN, 1);
+	xfer_engine_t *e = d.e;
+	uint8_t *gpu = d.gpu, *want = d.want;
+	xfer_mr_t *mr = d.mr;
 	struct xfer_completion c = {0};
 	CHECK_OK(xfer_expect_imm(e, IMM_AHEAD + 1, 1, &c));
 	t_send_desc(fd, mr);
@@ -897,10 +915,7 @@ static int ahead_target(int idx, int fd, void *arg)
 	t_fill(want, ALEN, 13);
 	CHECK(memcmp(gpu, want, ALEN) == 0);
 	t_send_u64(fd, 3);
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(gpu);
-	free(want);
+	wdst_close(&d);
 	return 0;
 }
 
