@@ -34,6 +34,15 @@
 #            staging switches (bytes verified, odd page sizes included),
 #            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
+#   lone     the single-write rows of issue 14's gpu6 task: REPS rounds of the
+#            defaults, XFER_SPIN_US=1000 (the forced spin, for the ratio of the
+#            default to it) and XFER_GPU_DONE=event (copies' ends by event
+#            queries, not the word their stream writes), interleaved; one
+#            run of each with XFER_BENCH_TRACE=1 (the engine's op trace at 1 in
+#            flight), 64 KiB, 1 MiB and 256 MiB alone with XFER_GPU_TRACE too,
+#            the paged rows twice (and once by events), then test_gpu
+#            ipc/scatter-ipc/staged/h2g/g2h on shm and tcp (ipc, scatter-ipc,
+#            staged also by events) and test_gpu_signal ipc and staged   ~100 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -143,6 +152,33 @@ plan_watcher() {
 	step watcher-latency 30 $T watcher-latency
 }
 
+plan_lone() {
+	local r p m
+	for r in $(seq "$REPS"); do
+		step single-r$r 20 env XFER_BENCH_ONLY=single $B
+		step single-spin-r$r 20 env XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B
+		step single-event-r$r 20 env XFER_GPU_DONE=event XFER_BENCH_ONLY=single $B
+	done
+	step single-trace 20 env XFER_BENCH_TRACE=1 XFER_BENCH_ONLY=single $B
+	step single-trace-spin 20 env XFER_BENCH_TRACE=1 XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B
+	step single-trace-event 20 env XFER_BENCH_TRACE=1 XFER_GPU_DONE=event XFER_BENCH_ONLY=single $B
+	for r in 6:s64k 7:s1m 9:s256m; do
+		step trace-${r#*:} 10 env XFER_BENCH_TRACE=1 XFER_GPU_TRACE=1 XFER_BENCH_ROW=${r%%:*} $B
+	done
+	for r in 1 2; do step paged-r$r 15 env XFER_BENCH_ONLY=paged $B; done
+	step paged-event 15 env XFER_GPU_DONE=event XFER_BENCH_ONLY=paged $B
+	for p in shm tcp; do
+		for m in ipc scatter-ipc staged h2g g2h; do
+			step test-$m-$p 30 env XFER_TEST_PROVIDER=$p $T $m
+		done
+	done
+	for m in ipc scatter-ipc staged; do
+		step test-$m-shm-event 30 env XFER_GPU_DONE=event XFER_TEST_PROVIDER=shm $T $m
+	done
+	step test-signal-ipc-shm 20 env XFER_TEST_PROVIDER=shm build/bin/test_gpu_signal ipc
+	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
+}
+
 plan_full() {
 	step bench 20 $B
 	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
@@ -156,7 +192,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

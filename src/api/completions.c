@@ -15,6 +15,13 @@
  * waits out awake (tcp's, ~40 us on loopback) then costs no futex wake-up
  * on the application's side either. */
 #define WAIT_SPIN_MIN_NS 20000ull
+/* ... and for as long as the engine's GPU copies keep moving (one began or
+ * finished this recently): what the wait is for is then usually a copy
+ * away, and a copy outlasts spin_us (a 256 MiB one takes ~130 us on an
+ * H200), after which a futex wake-up would come on top of it. Copies that
+ * stop moving for this long (a wedged GPU) keep no wait awake; the wait's
+ * own timeout holds throughout. */
+#define WAIT_GPU_STALL_NS 100000000ull
 
 int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
 {
@@ -45,9 +52,19 @@ static int spin_for(uint64_t end, int (*try)(void *), void *arg)
 	return n;
 }
 
-/* Waits on `seq` until try() yields something or the timeout passes. */
+static bool gpu_moving(const xfer_engine_t *e, uint64_t now)
+{
+	if (!atomic_load_explicit(&e->gpu_busy, memory_order_acquire))
+		return false;
+	uint64_t moved = atomic_load_explicit(&e->gpu_moved_ns, memory_order_relaxed);
+	return now < moved || now - moved < WAIT_GPU_STALL_NS;
+}
+
+/* Waits on `seq` until try() yields something or the timeout passes;
+ * gpu: what it waits for may be a GPU copy's completion (the CQ, not
+ * received messages). */
 static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
-		    int (*try)(void *), void *arg)
+		    bool gpu, int (*try)(void *), void *arg)
 {
 	uint64_t start = xi_now_ns();
 	uint64_t end = timeout_ms > UINT64_MAX / 2000000ull ? UINT64_MAX : start + timeout_ms * 1000000ull;
@@ -61,7 +78,7 @@ static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waite
 		uint64_t now = xi_now_ns();
 		if (now >= end)
 			return -ETIMEDOUT;
-		if (now - start < spin_ns) {
+		if (now - start < spin_ns || (gpu && gpu_moving(e, now))) {
 			if (xi_spin_yields())
 				sched_yield(); /* let the worker run on small machines */
 			else
@@ -98,7 +115,7 @@ int xfer_cq_wait(xfer_engine_t *e, struct xfer_cqe *cqes, int max, uint64_t time
 	if (!e || !cqes || max <= 0)
 		return -EINVAL;
 	struct cq_try t = {e, cqes, max};
-	return wait_for(e, &e->cq_seq, &e->cq_waiters, timeout_ms, try_cq, &t);
+	return wait_for(e, &e->cq_seq, &e->cq_waiters, timeout_ms, true, try_cq, &t);
 }
 
 int xfer_recv(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info *info)
@@ -145,5 +162,5 @@ int xfer_recv_wait(xfer_engine_t *e, void *buf, size_t cap, struct xfer_msg_info
 	if (!e)
 		return -EINVAL;
 	struct recv_try t = {e, buf, cap, info};
-	return wait_for(e, &e->inbox_seq, &e->inbox_waiters, timeout_ms, try_recv, &t);
+	return wait_for(e, &e->inbox_seq, &e->inbox_waiters, timeout_ms, false, try_recv, &t);
 }

@@ -90,6 +90,11 @@ void xi_deliver_wake(struct worker *w)
 		xi_futex_wake_all(&e->cq_seq);
 }
 
+void xi_deliver_nudge(struct worker *w)
+{
+	w->cq_pushed = true;
+}
+
 bool xi_deliver_after_stop(xfer_engine_t *e)
 {
 	struct worker *w = e->w;

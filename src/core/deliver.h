@@ -22,6 +22,10 @@ int xi_deliver_flush(struct worker *w);
 bool xi_deliver_backlog(const struct worker *w);
 /* Wakes application threads waiting for completions, when any were queued. */
 void xi_deliver_wake(struct worker *w);
+/* Makes the next xi_deliver_wake wake the application's completion waits
+ * although nothing was queued, so that they look again at how to wait (a
+ * GPU copy began: they spin while it runs, api/completions.c). */
+void xi_deliver_nudge(struct worker *w);
 /* After stop, on an application thread: whatever the worker could not queue
  * moves into the completion queue; false when nothing waited. */
 bool xi_deliver_after_stop(xfer_engine_t *e);

@@ -212,6 +212,26 @@ static void wake_app(struct worker *w)
 	xi_rx_wake(w);
 }
 
+/* The application's waits read these (api/completions.c): stored only when
+ * a copy began or finished (finished: copies reported this turn), so that a
+ * long copy costs their spinning reads no cache-line transfers. */
+static void publish_gpu(struct worker *w, uint64_t now, int finished)
+{
+	/* A copy a peer announced to us counts as one of ours: what waits for
+	 * its immediate is a copy away too. */
+	uint32_t busy = xi_gpu_pending(w->gpu) + xi_notice_expected(w, now);
+	if (busy == w->gpu_busy && !finished)
+		return;
+	bool began = busy && !w->gpu_busy;
+	w->gpu_busy = busy;
+	atomic_store_explicit(&w->e->gpu_moved_ns, now, memory_order_relaxed);
+	atomic_store_explicit(&w->e->gpu_busy, busy, memory_order_release);
+	/* A wait that went to sleep before the copies began (a target's, for
+	 * the immediate of a copy announced to it) wakes and spins instead. */
+	if (began)
+		xi_deliver_nudge(w);
+}
+
 /* Busy-poll mode with cores to spare: an application waiting for its peer
  * (an immediate's expectation firing, a message) usually answers at once (a
  * ping-pong's pong, a MoE combine after its dispatch). Its submission lands
@@ -270,7 +290,8 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 	 * is no miss (core/liveness.c). */
 	if (drained)
 		w->caught_up_ns = now;
-	n += poll_gpu(w);
+	int copied = poll_gpu(w);
+	n += copied;
 	if (xi_notice_waiting(w))
 		n += xi_notice_flush(w);
 	if (xi_op_fifo_head(w))
@@ -283,10 +304,17 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 	}
 	bool reply_due = w->arrivals && (w->cq_pushed || w->inbox_pushed);
 	w->arrivals = 0;
+	if (w->gpu)
+		publish_gpu(w, now, copied);
 	wake_app(w);
 	if (reply_due && w->reply_watch_ns)
 		n += await_reply(w);
 	return n;
+}
+
+bool xi_worker_copying(const struct worker *w, uint64_t now)
+{
+	return xi_gpu_pending(w->gpu) || xi_notice_expected(w, now);
 }
 
 bool xi_worker_busy(const struct worker *w)
@@ -329,6 +357,8 @@ void xi_worker_quiesce(struct worker *w, int status)
 	/* Whatever is still posted is abandoned: the endpoints close next, after
 	 * which nothing can complete. */
 	xi_gpu_forget(w->gpu);
+	if (w->gpu)
+		publish_gpu(w, xi_now_ns(), 0); /* none in flight now: no wait spins for them */
 	xi_notice_forget(w);
 	xi_ops_abandon(w, status);
 	xi_imm_cancel_all(w, status);

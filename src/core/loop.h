@@ -15,6 +15,9 @@ void xi_worker_free(struct worker *w);
 int xi_worker_loop_once(struct worker *w, uint64_t now);
 /* Work the worker holds that no NIC event announces: it must not sleep. */
 bool xi_worker_busy(const struct worker *w);
+/* A GPU copy of ours is in flight, or a peer's to us was announced and has
+ * not been counted yet: the worker stays awake (core/thread.c). */
+bool xi_worker_copying(const struct worker *w, uint64_t now);
 /* Stop: completes everything pending with status (bounded wait for posted
  * requests, then abandons them). */
 void xi_worker_quiesce(struct worker *w, int status);

@@ -10,6 +10,7 @@
 #include "core/tx.h"
 #include "gpu/gpu_copy.h"
 #include "util/log.h"
+#include "util/sys.h"
 
 /* ------------------------------------------------- a staged write's notices */
 
@@ -66,6 +67,18 @@ static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t
 	return xi_notice_end(&c, &n);
 }
 
+/* A context and a bounce buffer for a notice of its own, both or neither. */
+static struct wr *notice_wr(struct worker *w, uint32_t *b, uint8_t **buf)
+{
+	struct wr *wr = xi_tx_wr(w, TX_DATA);
+	*buf = wr ? xi_tx_buf(w, b) : NULL;
+	if (wr && !*buf) {
+		xi_tx_wr_put(w, wr);
+		wr = NULL;
+	}
+	return wr;
+}
+
 int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 {
 	xfer_engine_t *e = w->e;
@@ -74,14 +87,11 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 		return -XFER_EPEER;
 	if (!xi_tx_ready(w, n, TX_DATA))
 		return -EAGAIN;
-	struct wr *wr = xi_tx_wr(w, TX_DATA);
 	uint32_t b;
-	uint8_t *buf = wr ? xi_tx_buf(w, &b) : NULL;
-	if (!buf) {
-		if (wr)
-			xi_tx_wr_put(w, wr);
+	uint8_t *buf;
+	struct wr *wr = notice_wr(w, &b, &buf);
+	if (!wr)
 		return -EAGAIN;
-	}
 	int len = build_op_notice(e, op, k, buf);
 	if (len < 0) {
 		xi_tx_buf_put(w, b);
@@ -160,6 +170,80 @@ static void notice_drop(struct worker *w, struct wr *wr, int status)
 	xi_tx_wr_put(w, wr);
 }
 
+/* A single or paged write copied in place (CUDA IPC) is complete for its
+ * writer once its notice is posted: its bytes are in the target's GPU
+ * memory (the copy's event fired) and the notice carries nothing but the
+ * count, which the transport delivers in order behind anything posted
+ * before it, as an RDMA NIC delivers a write's immediate after its ack. So
+ * the op stops waiting for the notice's own completion (on xfer's shm that
+ * is the target's worker taking it: a round trip, and a wake-up when that
+ * worker slept through a long copy). Its context lives on alone until the
+ * transport completes it. Kept: a staged notice (the target copies its
+ * ranges out of the mirror the writer would reuse) and a scatter entry's
+ * (its status says which member took its notice). */
+static bool notice_detaches(const struct wr *wr)
+{
+	return !wr->staged && wr->op->s.kind != SUB_SCATTER;
+}
+
+/* wr's notice was handed to the transport. */
+static void notice_posted(struct wr *wr)
+{
+	struct op *op = wr->op;
+	if (op->s.t_call)
+		op->t_last = xi_now_ns(); /* trace: the last thing the op posts */
+	if (!notice_detaches(wr))
+		return;
+	op->notices--;
+	wr->slot = xi_op_peer_of(op, wr->slot); /* the peer, for a failure's verdict */
+	wr->op = NULL;
+}
+
+/* A detached notice completed: a failure (the peer died before taking it)
+ * cannot reach the op, which has completed; the target's expectation times
+ * out, and the peer is probed as after any failed request. */
+static void detached_done(struct worker *w, struct wr *wr, int status)
+{
+	if (status < 0) {
+		xdbg("notice of a completed GPU copy to peer %u failed: %s", wr->slot, xfer_strerror(status));
+		if (xi_is_peer_failure(status) && wr->slot < w->e->max_peers && xi_peer_live(&w->e->peers[wr->slot]))
+			xi_peer_suspect(w, wr->slot, status);
+	}
+	xi_tx_wr_put(w, wr);
+}
+
+/* A copy this long outlasts the target's spin (50 us by default) or its
+ * wake-up: the target is told when it starts (xi_notice_ahead). */
+#define AHEAD_MIN_BYTES (32ull << 20)
+
+void xi_notice_ahead(struct worker *w, const struct op *op, uint64_t bytes)
+{
+	xfer_engine_t *e = w->e;
+	const struct sub *s = &op->s;
+	unsigned n = op->nic_base;
+	const struct peer *p = &e->peers[s->peer];
+	if (!(s->flags & XFER_F_IMM) || bytes < AHEAD_MIN_BYTES || !xi_peer_live(p) || !xi_tx_ready(w, n, TX_DATA))
+		return;
+	/* Best effort: without a context or a bounce buffer the target only
+	 * wakes when the counting notice comes. */
+	uint32_t b;
+	uint8_t *buf;
+	struct wr *wr = notice_wr(w, &b, &buf);
+	if (!wr)
+		return;
+	struct xi_notice nt = {.region_id = dst_of(op)->region_id, .imm = s->imm};
+	struct wire_cursor c;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &nt);
+	int len = xi_notice_end(&c, &nt);
+	/* Completes like a copy's detached notice (xi_notice_done). */
+	*wr = (struct wr){.op = NULL, .slot = s->peer, .nic = (uint8_t)n, .kind = WR_NOTICE, .sendbuf = UINT32_MAX};
+	if (len < 0 || xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr)) {
+		if (len < 0)
+			xi_tx_buf_put(w, b);
+		xi_tx_wr_put(w, wr);
+	}
+}
+
 void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 {
 	struct op *op = wr->op;
@@ -181,6 +265,8 @@ void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 		notice_queue(w, wr);
 	else if (ret)
 		notice_drop(w, wr, ret);
+	else
+		notice_posted(wr);
 }
 
 void xi_notice_copied(struct worker *w, struct wr *wr, int status)
@@ -200,6 +286,10 @@ void xi_notice_copied(struct worker *w, struct wr *wr, int status)
 void xi_notice_done(struct worker *w, struct wr *wr, int status)
 {
 	struct op *op = wr->op;
+	if (!op) {
+		detached_done(w, wr, status);
+		return;
+	}
 	op->notices--;
 	if (status < 0)
 		xi_request_failed(w, op, wr->slot, status);
@@ -221,6 +311,8 @@ int xi_notice_flush(struct worker *w)
 			w->notice_tail = NULL;
 		if (ret)
 			notice_drop(w, wr, ret);
+		else
+			notice_posted(wr);
 		xi_op_try_finish(w, op);
 		n++;
 	}
@@ -309,9 +401,25 @@ static int land_by_kernel(struct worker *w, const xfer_mr_t *mr, const struct xi
 	return ret == -EAGAIN ? 1 : ret;
 }
 
+/* How long a target stays awake for a copy it was told of (the copy's
+ * end, which the counting notice brings, normally comes much sooner). */
+#define AHEAD_NS 100000000ull
+
+bool xi_notice_expected(const struct worker *w, uint64_t now)
+{
+	return w->ahead_until > now;
+}
+
 void xi_notice_received(struct worker *w, const struct xi_notice *n)
 {
 	xfer_engine_t *e = w->e;
+	if (!n->nranges) {
+		/* Nothing to count: a copy to us has begun (xi_notice_ahead); else
+		 * a copy's count, which ends the wait for it. */
+		w->ahead_until = n->count ? 0 : xi_now_ns() + AHEAD_NS;
+		if (!n->count)
+			return;
+	}
 	if (n->nranges) {
 		xfer_mr_t *mr = xi_regions_find(e, n->region_id);
 		/* Ranges name mirror bytes: a region written in place has none. */

@@ -35,6 +35,14 @@ void xi_notice_landed(struct worker *w, struct wr *wr, bool staged);
 void xi_notice_copied(struct worker *w, struct wr *wr, int status);
 /* An entry's notice completed at the provider. */
 void xi_notice_done(struct worker *w, struct wr *wr, int status);
+/* A same-host GPU copy of `bytes` for op has just been issued: a long one
+ * is announced to the target (a notice with nothing to count), so that its
+ * worker and its waits on the immediate stay awake until the counting
+ * notice comes, instead of sleeping through the copy and waking after it.
+ * Best effort, and a no-op for a receiver that predates it. */
+void xi_notice_ahead(struct worker *w, const struct op *op, uint64_t bytes);
+/* A peer announced a copy to us and its count has not come yet (bounded). */
+bool xi_notice_expected(const struct worker *w, uint64_t now);
 /* Posts waiting notices in order; returns how many left the list. */
 int xi_notice_flush(struct worker *w);
 bool xi_notice_waiting(const struct worker *w);

@@ -233,6 +233,11 @@ struct xfer_engine {
 	atomic_uint cq_waiters;
 	_Alignas(64) atomic_uint inbox_seq;
 	atomic_uint inbox_waiters;
+	/* Written by the worker when they change: its GPU copies in flight and
+	 * when that number last moved (a copy began or finished). A wait spins
+	 * rather than sleeps while they move (api/completions.c). */
+	_Alignas(64) atomic_uint gpu_busy;
+	atomic_uint_fast64_t gpu_moved_ns;
 	/* Written by the worker only (xi_stat_own_add). */
 	_Alignas(64) struct {
 		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
@@ -246,6 +251,8 @@ _Static_assert(XI_LINE(submitters) != XI_LINE(peers), "submitters false-share wi
 _Static_assert(XI_LINE(ops_submitted) != XI_LINE(st.ops_completed),
 	       "submit-side and worker-side counters false-share");
 _Static_assert(XI_LINE(stopping) != XI_LINE(worker_sleeping), "stopping false-shares with the sleep flag");
+_Static_assert(XI_LINE(gpu_busy) != XI_LINE(cq_seq) && XI_LINE(gpu_busy) != XI_LINE(st.ops_completed),
+	       "the GPU copy count false-shares with a wait's line or the worker's counters");
 #undef XI_LINE
 
 #endif

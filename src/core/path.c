@@ -514,6 +514,10 @@ static int post_ipc(struct worker *w, struct op *op)
 	struct wr *wr = xi_tx_wr(w, TX_DATA);
 	if (!wr)
 		return -EAGAIN;
+	/* Trace: "first post" is the copy handed to the GPU engine, "last" the
+	 * notice (core/notice.c), so a traced op shows launch, copy and notice. */
+	if (op->s.t_call)
+		op->t_first = xi_now_ns();
 	int ret = ipc_begin(w, r, src && src->gpu >= 0 ? src->gpu : 0);
 	if (!ret)
 		ret = copy_op(w, op, r);
@@ -534,9 +538,12 @@ static int post_ipc(struct worker *w, struct op *op)
 	*wr = (struct wr){.op = op, .slot = 0, .nic = op->nic_base, .kind = WR_COPY, .sendbuf = UINT32_MAX};
 	op->total = op->posted = 1;
 	op->copies = 1;
+	if (op->s.t_call)
+		op->t_first_ret = op->t_last = xi_now_ns();
+	uint64_t bytes = s->kind == SUB_WRITE ? s->u.write.len : (uint64_t)s->u.paged.npages * s->u.paged.page_len;
+	xi_notice_ahead(w, op, bytes);
 	/* One write to the peer, whatever the copy engine splits it into. */
-	xi_tel_peer_write(w->tel, s->peer, s->kind == SUB_WRITE ? s->u.write.len
-						      : (uint64_t)s->u.paged.npages * s->u.paged.page_len);
+	xi_tel_peer_write(w->tel, s->peer, bytes);
 	return 0;
 }
 

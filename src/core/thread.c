@@ -143,7 +143,14 @@ static void *worker_main_impl(struct worker_start *st)
 			xi_cpu_relax();
 			continue;
 		}
-		if (now - idle_since < spin_ns) {
+		/* A GPU copy of ours in flight: its completion is ours to see, and
+		 * sleep_idle would refuse to sleep anyway (xi_worker_busy), only
+		 * raising the sleep flag each turn, for which every submitter then
+		 * writes the eventfd. The copy ends, or fails, in the driver. A
+		 * peer's copy to us that it announced: its notice is due when the
+		 * copy ends, and a sleeping worker would take it a wake-up later
+		 * (bounded: core/notice.c). */
+		if (now - idle_since < spin_ns || xi_worker_copying(w, now)) {
 			/* On few cores the thread with new work may be waiting for ours:
 			 * give the CPU away while spinning (idle path only). */
 			if (yields)

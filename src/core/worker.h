@@ -143,6 +143,7 @@ struct worker {
 	struct wr *notice_head, *notice_tail; /* notices waiting for a credit or buffer */
 	struct landing *landings, *free_landings; /* XI_LANDINGS, where a GPU is */
 	uint32_t *landing_idx, landing_idx_max;   /* a notice's ranges as page numbers */
+	uint64_t ahead_until; /* a peer's copy to us was announced: stay awake until its count, or this */
 	/* core/telemetry.c: counters and histograms the readers aggregate */
 	struct xi_tel *tel;
 	/* gpu/gpu_copy.c, NULL without a CUDA driver */
@@ -155,6 +156,7 @@ struct worker {
 	uint64_t doze_ns; /* next sleep without a NIC wait object */
 	uint64_t reply_watch_ns; /* busy-poll with cores to spare: see await_reply (core/loop.c) */
 	uint32_t arrivals;  /* immediates and messages from peers polled this turn */
+	uint32_t gpu_busy;  /* GPU copies in flight as last published (e->gpu_busy) */
 };
 
 /* Stops posting the rest of op (cancel, deadline, stop, failure); what is

@@ -86,6 +86,9 @@ struct cuda_api {
 				   CUstream, void **, void **);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
+	/* Optional: a stream's write of a word, ordered after its copies (the
+	 * copy-end words of gpu/gpu_copy.c; without it, events). */
+	CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */

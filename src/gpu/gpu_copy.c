@@ -33,6 +33,9 @@ struct gpu_wait {
 	uint32_t idx_bytes; /* of its device's page-list ring, freed when it fires */
 	bool failed;        /* its batch's launch failed: reported as -EIO */
 	uint32_t trace;     /* its trace record (XFER_GPU_TRACE) */
+	/* The stream writes flag_seq to word flag_slot of its device's flags
+	 * once the copy is done (0: no word, the event only). */
+	uint32_t flag_seq, flag_slot;
 };
 
 /* Kernel jobs of calls posted in one turn of the worker, launched together
@@ -100,7 +103,21 @@ struct xi_gpu {
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
+	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
+	 * its event) the stream writes a sequence number to a pinned host word,
+	 * which xi_gpu_poll reads instead of querying the event: a query that
+	 * finds the copy done cost this thread 1.6-1.9 us on an H200
+	 * (docs/performance.md), on the way of every lone write. The event is
+	 * still queried now and then: a copy that fails never writes its word. */
+	bool done_flag;
+	uint32_t *flags[XI_GPU_DEVS]; /* XI_GPU_RING words per device, pinned and mapped; NULL: events only */
+	CUdeviceptr flags_dev[XI_GPU_DEVS];
+	uint32_t flag_seq;
+	uint32_t flag_polls;
 };
+
+/* Polls between two queries of the event of a copy that writes a word. */
+#define FLAG_QUERY_EVERY 64u
 
 enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
 
@@ -142,6 +159,11 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
+	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
+	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
+	 * fast as with event queries, and equal from 256 MiB and at 16 in
+	 * flight (docs/performance.md). XFER_GPU_DONE=event: queries only. */
+	g->done_flag = !env_is("XFER_GPU_DONE", "event") && c->cuStreamWriteValue32;
 	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
 	 * it was the best or within noise of the best on every paged row and
 	 * the steadiest (docs/performance.md). */
@@ -189,6 +211,8 @@ void xi_gpu_destroy(struct xi_gpu *g)
 		struct gpu_kernels *k = &g->k[dev];
 		if (k->host)
 			g->c->cuMemFreeHost(k->host);
+		if (g->flags[dev])
+			g->c->cuMemFreeHost(g->flags[dev]);
 		if (k->dev)
 			g->c->cuMemFree(k->dev);
 	}
@@ -263,6 +287,36 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
  * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
  * hold it, or 1 for a list that would not fit even an empty ring. */
 
+/* The stream's write of a fresh sequence number to word slot of dev's
+ * flags, after everything queued on st so far: the value, or 0 (words off,
+ * or no memory for them, or the driver refused: events only from now on). */
+static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
+{
+	if (!g->done_flag)
+		return 0;
+	if (!g->flags[dev]) {
+		/* Once per device, at its first tracked copy (like its events). */
+		if (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
+					 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
+		    g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0)) {
+			xwarn("no mapped memory for the copy-end words of device %d: copies use events", dev);
+			if (g->flags[dev])
+				g->c->cuMemFreeHost(g->flags[dev]);
+			g->flags[dev] = NULL;
+			g->done_flag = false;
+			return 0;
+		}
+		memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
+	}
+	uint32_t seq = ++g->flag_seq ? g->flag_seq : ++g->flag_seq; /* never 0 */
+	if (g->c->cuStreamWriteValue32(st, g->flags_dev[dev] + slot * sizeof(uint32_t), seq, 0)) {
+		xwarn("the driver refused a stream write (cuStreamWriteValue32): copies' ends are seen by events");
+		g->done_flag = false;
+		return 0;
+	}
+	return seq;
+}
+
 /* Launches the open batch: every job queued since the last launch, one
  * kernel, then one event for all the copies that ended with a job in it (the
  * last kb.waiting entries of the ring). A failed launch fails those copies
@@ -331,8 +385,10 @@ static void launch_batch(struct xi_gpu *g)
 		tr->rt_launched = xi_gpu_trace_realtime();
 	}
 	CUevent ev = NULL;
+	uint32_t fslot = (g->head + g->count - 1) % XI_GPU_RING, seq = 0;
 	if (ok && b->waiting) {
-		ev = g->events[b->dev][(g->head + g->count - 1) % XI_GPU_RING];
+		seq = write_flag(g, b->dev, st, fslot);
+		ev = g->events[b->dev][fslot];
 		ok = !c->cuEventRecord(ev, st);
 	}
 	if (tr)
@@ -341,6 +397,8 @@ static void launch_batch(struct xi_gpu *g)
 		struct gpu_wait *wt = &g->ring[(g->head + g->count - 1 - i) % XI_GPU_RING];
 		wt->event = ok ? ev : NULL;
 		wt->failed = !ok;
+		wt->flag_seq = seq;
+		wt->flag_slot = fslot;
 	}
 	if (!ok) {
 		xerr("GPU copy kernel launch failed: its %u call(s) fail", b->a.njobs);
@@ -633,12 +691,14 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 		r->calls = 1;
 	}
 	CUevent ev = g->events[g->dev][slot];
+	uint32_t seq = write_flag(g, g->dev, g->stream[g->dev], slot);
 	/* Whatever the caller sends after the copy must wait for this event. */
 	if (g->c->cuEventRecord(ev, g->stream[g->dev]))
 		return -EIO;
 	if (g->trace)
 		xi_gpu_trace_rec(g->trace, tr)->t_recorded = xi_gpu_trace_now();
-	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .dev = g->dev, .idx_bytes = g->pend_idx, .trace = tr};
+	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .dev = g->dev, .idx_bytes = g->pend_idx, .trace = tr,
+					  .flag_seq = seq, .flag_slot = slot};
 	g->pend_idx = 0;
 	g->count++;
 	return 0;
@@ -666,7 +726,13 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 		} else if (!wt->event) {
 			break; /* its batch is not launched yet */
 		} else if (wt->event != done) {
-			CUresult r = query(g, wt->event);
+			CUresult r;
+			if (wt->flag_seq && __atomic_load_n(&g->flags[wt->dev][wt->flag_slot], __ATOMIC_ACQUIRE) == wt->flag_seq)
+				r = 0; /* the stream wrote its word: everything before it is done */
+			else if (wt->flag_seq && ++g->flag_polls % FLAG_QUERY_EVERY)
+				break;
+			else
+				r = query(g, wt->event);
 			if (r == CUDA_ERROR_NOT_READY)
 				break;
 			status = r ? -EIO : 0;

@@ -20,7 +20,10 @@
  * launches them; XFER_GPU_BATCH=0: one launch per call). The kernel reads its
  * page lists from pinned host memory below 512 MiB per call and from a
  * device copy of them above (XFER_GPU_INDEX=mapped|device forces one).
- * XFER_GPU_TRACE times every stage (gpu/gpu_trace.h). */
+ * A copy's end is seen in a word its stream writes after it
+ * (cuStreamWriteValue32), read by the poll, the event then only catching
+ * failures; XFER_GPU_DONE=event, or a driver without stream writes: by
+ * querying its event. XFER_GPU_TRACE times every stage (gpu/gpu_trace.h). */
 #ifndef XFER_GPU_COPY_H
 #define XFER_GPU_COPY_H
 

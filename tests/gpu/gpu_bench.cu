@@ -15,6 +15,8 @@
 // gpu_bench_staged.cu (GPU memory through host mirrors over a NIC provider
 // vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
 // rows 0..5 in the order printed, then single sizes 6..10, both depths);
+// XFER_BENCH_TRACE=1 traces the single rows at 1 in flight with the engine's
+// own op trace (xfer_engine_trace) and prints where a write's time goes;
 // the library's XFER_GPU_KERNEL=0 (paged copies by the copy engine),
 // XFER_GPU_BATCH=0 (one launch per call), XFER_GPU_KERNEL_MAX (contiguous
 // copies by kernel up to this many bytes) and XFER_GPU_TRACE for A/B runs
@@ -38,7 +40,7 @@ static const int depths[] = {1, 16};
 #define NROWS (NPAGED + NS * ND)
 #define MAXLEN (1ull << 30)
 
-static bool run_paged = true, run_single = true;
+static bool run_paged = true, run_single = true, bench_trace;
 static int only_row = -1; // XFER_BENCH_ROW: paged rows 0..5, then single sizes 6..10
 
 static bool want_paged(int row) { return run_paged && (only_row < 0 || only_row == row); }
@@ -60,6 +62,56 @@ static int paged_iters(int r)
 	return (int)std::min<uint64_t>(64, std::max<uint64_t>(4, it));
 }
 static int single_iters(size_t n) { return n >= (256u << 20) ? 8 : n >= (16u << 20) ? 32 : 256; }
+
+// ------------------------------------------------------------- op trace
+
+static double pct(std::vector<double> &v, double p)
+{
+	if (v.empty())
+		return 0;
+	std::sort(v.begin(), v.end());
+	return v[(size_t)(p * (double)(v.size() - 1))];
+}
+
+// Where the traced writes' time went (seen[k]: when the application had
+// the completion of call k, CLOCK_MONOTONIC like the engine's stamps). For
+// a same-host GPU write "first post" is the copy handed to the GPU engine
+// and "last post" its notice (core/path.c, core/notice.c).
+static void print_trace(xfer_engine_t *e, const char *op, const std::vector<uint64_t> &seen,
+			const std::vector<uint64_t> &at_target)
+{
+	static const char *names[] = {"call->queued",          "queued->worker took it", "took->copy issued",
+				      "copy issued->notice posted (launch, copy, event)",
+				      "notice posted->completion", "completion->application has it",
+				      "call->application has it", "notice posted->target application has the imm",
+				      "writer has completion->target has the imm"};
+	enum { NCOL = 9 };
+	std::vector<struct xfer_trace> t(seen.size() + 64);
+	int n = xfer_trace_read(e, t.data(), (int)t.size());
+	std::vector<double> col[NCOL];
+	for (int i = 0; i < n; i++) {
+		const struct xfer_trace &r = t[i];
+		if (r.user_data >= seen.size() || !seen[r.user_data] || !r.t_first || !r.t_last)
+			continue;
+		uint64_t app = seen[r.user_data], tgt = at_target[r.user_data];
+		uint64_t st[NCOL] = {r.t_enq - r.t_call, r.t_deq - r.t_enq, r.t_first - r.t_deq, r.t_last - r.t_first,
+				     r.t_done - r.t_last, app - r.t_done, app - r.t_call, tgt - r.t_last, tgt - app};
+		for (int c = 0; c < NCOL; c++)
+			if (c < 7 || tgt)
+				col[c].push_back((double)(int64_t)st[c] / 1e3);
+	}
+	for (int c = 0; c < NCOL; c++) {
+		double p50 = pct(col[c], 0.5), p90 = pct(col[c], 0.9);
+		printf("  trace %s: %-50s n %4zu  p50 %8.2f  p90 %8.2f us\n", op, names[c], col[c].size(), p50, p90);
+	}
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 // ------------------------------------------------------------- baseline
 
@@ -107,10 +159,32 @@ static void baseline(int rx_fd, int tx_fd)
 
 // ------------------------------------------------------------- target
 
-enum { CMD_ZERO = 1, CMD_CHECK_PAGED, CMD_CHECK_SINGLE, CMD_END };
+// CMD_STAMP (XFER_BENCH_TRACE): the target waits for `imms` writes of
+// immediate `imm` one at a time and sends back when it had each.
+enum { CMD_ZERO = 1, CMD_CHECK_PAGED, CMD_CHECK_SINGLE, CMD_END, CMD_STAMP };
 struct check {
 	uint64_t cmd, row, seed, imm, imms, len;
 };
+
+// The target application's side of a traced row: each immediate awaited
+// alone (an arrival before the expectation counts for it), and when this
+// process had it, CLOCK_MONOTONIC (system-wide: comparable with the writer's).
+static void stamp_arrivals(xfer_engine_t *e, int fd, uint32_t imm, uint64_t n)
+{
+	std::vector<uint64_t> st(n);
+	struct xfer_completion xc;
+	memset(&xc, 0, sizeof(xc));
+	xc.timeout_ms = 20000;
+	XK(xfer_expect_imm(e, imm, 1, &xc));
+	send_u64(fd, 0); // armed: the writes may start
+	for (uint64_t k = 0; k < n; k++) {
+		XK(gpu_wait(e).res);
+		st[k] = mono_ns();
+		if (k + 1 < n)
+			XK(xfer_expect_imm(e, imm, 1, &xc));
+	}
+	put_blob(fd, st.data(), n * sizeof(uint64_t));
+}
 
 static int receiver(int fd, int base_fd, int dev)
 {
@@ -137,6 +211,10 @@ static int receiver(int fd, int base_fd, int dev)
 		get_blob(fd, &c, sizeof(c));
 		if (c.cmd == CMD_END)
 			break;
+		if (c.cmd == CMD_STAMP) {
+			stamp_arrivals(e, fd, (uint32_t)c.imm, c.imms);
+			continue;
+		}
 		if (c.cmd == CMD_ZERO) {
 			CK(cudaMemset(dst, 0, MAXLEN));
 			CK(cudaDeviceSynchronize());
@@ -200,8 +278,9 @@ static int sender(int fd, int base_fd, int dst_dev)
 	       "cross-process device copy (cudaMemcpyAsync into the IPC mapping) of the same bytes, same run\n",
 	       dst_dev, k && !strcmp(k, "0") ? "by the copy engine: XFER_GPU_KERNEL=0" : "by kernel where loaded");
 	const char *kb = getenv("XFER_GPU_BATCH"), *km = getenv("XFER_GPU_KERNEL_MAX"), *tr = getenv("XFER_GPU_TRACE");
-	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s\n", kb ? kb : "(default: on)",
-	       km ? km : "(default)", tr ? tr : "(off)");
+	const char *sp = getenv("XFER_SPIN_US");
+	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s XFER_SPIN_US=%s\n",
+	       kb ? kb : "(default: on)", km ? km : "(default)", tr ? tr : "(off)", sp ? sp : "(default)");
 	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "xfer GB/s", "base GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 1000;
@@ -268,19 +347,50 @@ static int sender(int fd, int base_fd, int dst_dev)
 		double gbs[ND];
 		for (int d = 0; d < ND; d++) {
 			int it = single_iters(sizes[i]), inflight = 0;
+			// Traced: 1 in flight, every call (user_data k2), and when the
+			// application had each completion.
+			bool traced = bench_trace && depths[d] == 1;
+			std::vector<uint64_t> seen(traced ? (size_t)it : 0), at_target(seen.size());
+			// Traced writes carry an immediate of their own, which the
+			// target awaits write by write (CMD_STAMP).
+			const uint32_t imm_row = w.imm;
+			if (traced) {
+				w.imm = imm_row | 0x80000u;
+				ask(fd, (struct check){CMD_STAMP, 0, 0, w.imm, (uint64_t)it, 0});
+				xfer_engine_trace(e, 1);
+			}
 			double t0 = now_s();
 			for (int k2 = 0; k2 < it; k2++) {
 				if (inflight == depths[d]) {
-					XK(gpu_wait(e).res);
+					struct xfer_cqe q = gpu_wait(e);
+					XK(q.res);
+					if (traced && q.user_data < seen.size())
+						seen[q.user_data] = mono_ns();
 					inflight--;
 				}
-				XK(xfer_write(e, &w, NULL));
+				struct xfer_completion c;
+				memset(&c, 0, sizeof(c));
+				c.user_data = (uint64_t)k2;
+				XK(xfer_write(e, &w, &c));
 				inflight++;
 			}
-			for (; inflight; inflight--)
-				XK(gpu_wait(e).res);
+			for (; inflight; inflight--) {
+				struct xfer_cqe q = gpu_wait(e);
+				XK(q.res);
+				if (traced && q.user_data < seen.size())
+					seen[q.user_data] = mono_ns();
+			}
 			gbs[d] = (double)sizes[i] * it / (now_s() - t0) / 1e9;
-			total += it;
+			if (!traced)
+				total += it;
+			if (traced) {
+				xfer_engine_trace(e, 0);
+				get_blob(fd, at_target.data(), at_target.size() * sizeof(uint64_t));
+				w.imm = imm_row;
+				char op[64];
+				snprintf(op, sizeof(op), "single %zu KiB", sizes[i] >> 10);
+				print_trace(e, op, seen, at_target);
+			}
 		}
 		uint64_t bad = ask(fd, (struct check){CMD_CHECK_SINGLE, 0, seed, imm, (uint64_t)total, sizes[i]});
 		fails += bad != 0;
@@ -318,6 +428,8 @@ int main(void)
 		run_single = false;
 	if (only && !strcmp(only, "single"))
 		run_paged = false;
+	const char *tr = getenv("XFER_BENCH_TRACE");
+	bench_trace = tr && !strcmp(tr, "1");
 	const char *row = getenv("XFER_BENCH_ROW");
 	if (row && *row)
 		only_row = atoi(row);

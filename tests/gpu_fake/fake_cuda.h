@@ -1,8 +1,10 @@
 /* A fake CUDA driver for host-only tests of the GPU paths. Its "device
  * memory" is host memory in a memfd, so an IPC handle made in one process
  * opens in another; asynchronous copies run only when their event is
- * queried for the third time, so a notice sent before the copy finished
- * would deliver an immediate ahead of the data and fail the test. Nothing
+ * queried for the third time (the second, still not ready, where the stream
+ * writes a word after them: cuStreamWriteValue32), so a notice sent before
+ * the copy finished would deliver an immediate ahead of the data and fail
+ * the test. Nothing
  * here says anything about a real GPU or NIC. */
 #ifndef XFER_FAKE_CUDA_H
 #define XFER_FAKE_CUDA_H
@@ -23,6 +25,8 @@ struct fake_cuda_counts {
 	uint64_t by_kernel[3]; /* ... of the warp, tile and bulk kernels (XFER_GPU_PAGES) */
 	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
+	uint64_t write_values; /* cuStreamWriteValue32 calls (copy-end words) */
+	uint64_t events_done;  /* event queries that found the work done */
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */

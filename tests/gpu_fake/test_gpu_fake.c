@@ -15,6 +15,13 @@
  *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
+ *   write-ahead  a 32 MiB write whose copy is held: the writer announces it,
+ *       so the target's wait for its immediate spins (no voluntary context
+ *       switch) until the count comes, for at most 100 ms, then sleeps
+ *   write-event  write-ipc with XFER_GPU_DONE=event: copies' ends seen by
+ *       event queries (by default, and in write-ipc, each copy's end is
+ *       read from a word its stream writes after it: one write per copy,
+ *       and no event query finds a copy done)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
  *   (in every write mode neither worker calls cuStreamSynchronize: the
@@ -33,9 +40,20 @@
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
+ *   write-notice  a same-host GPU write's completion and waits: a wait
+ *       spins (no voluntary context switch) while the copy is in flight,
+ *       keeps its timeout, and sleeps once the copy stopped moving for
+ *       100 ms (events held: a wedged GPU); the write completes while the
+ *       target process is stopped (the op does not wait for the target to
+ *       take its notice); 2,000 writes in a row reuse the notices' contexts
+ *       (none leaks), and the target counts every immediate exactly once
  * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors). */
+#include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_cuda.h"
@@ -47,7 +65,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged, no_kernel;
+static bool staged, no_kernel, done_flag;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -224,14 +242,40 @@ static int scatter_root(int n, const int *fds, void *arg)
 #define PAGES 64u
 #define PAGE 4096u
 
+/* A target: its engine, len bytes of GPU memory on dev registered, and a
+ * host buffer for the bytes it should end up holding. */
+struct wdst {
+	xfer_engine_t *e;
+	uint8_t *gpu, *want;
+	xfer_mr_t *mr;
+};
+
+static struct wdst wdst_open(int fd, size_t len, int dev)
+{
+	struct wdst d;
+	d.e = fake_engine(fd, NULL);
+	d.gpu = fake_cuda_alloc(len, dev);
+	d.want = malloc(len);
+	CHECK(d.gpu && d.want);
+	CHECK_OK(xfer_mr_reg(d.e, d.gpu, len, &d.mr));
+	return d;
+}
+
+static void wdst_close(struct wdst *d)
+{
+	CHECK_OK(xfer_mr_dereg(d->mr));
+	xfer_engine_destroy(d->e);
+	fake_cuda_free(d->gpu);
+	free(d->want);
+}
+
 static int write_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	xfer_engine_t *e = fake_engine(fd, NULL);
-	uint8_t *gpu = fake_cuda_alloc(WLEN, 2), *want = malloc(WLEN);
-	CHECK(gpu && want);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	struct wdst d = wdst_open(fd, WLEN, 2);
+	xfer_engine_t *e = d.e;
+	uint8_t *gpu = d.gpu, *want = d.want;
+	xfer_mr_t *mr = d.mr;
 	/* The copy kernels are loaded at registration, before anything lands:
 	 * a lazy load at the first landing could wait for an application kernel
 	 * spinning on that landing's signal word (gpu_copy.c). */
@@ -258,25 +302,53 @@ static int write_target(int idx, int fd, void *arg)
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(gpu);
-	free(want);
+	wdst_close(&d);
 	return 0;
+}
+
+/* A writer: its engine, WLEN bytes of GPU memory filled from seed and
+ * registered, and the target's region imported. */
+struct wsrc {
+	xfer_engine_t *e;
+	uint8_t *src;
+	xfer_mr_t *mr;
+	xfer_rmr_t *dst;
+};
+
+static struct wsrc wsrc_open_len(int fd, uint64_t seed, size_t len)
+{
+	struct wsrc s;
+	xfer_peer_t peer;
+	s.e = fake_engine(fd, &peer);
+	s.src = fake_cuda_alloc(len, 0);
+	CHECK(s.src);
+	t_fill(s.src, len, seed);
+	CHECK_OK(xfer_mr_reg(s.e, s.src, len, &s.mr));
+	s.dst = t_recv_rmr(s.e, peer, fd);
+	return s;
+}
+
+static struct wsrc wsrc_open(int fd, uint64_t seed)
+{
+	return wsrc_open_len(fd, seed, WLEN);
+}
+
+static void wsrc_close(struct wsrc *s)
+{
+	xfer_rmr_free(s->dst);
+	CHECK_OK(xfer_mr_dereg(s->mr));
+	xfer_engine_destroy(s->e);
+	fake_cuda_free(s->src);
 }
 
 static int write_source(int n, const int *fds, void *arg)
 {
 	(void)n, (void)arg;
 	int fd = fds[0];
-	xfer_peer_t peer;
-	xfer_engine_t *e = fake_engine(fd, &peer);
-	uint8_t *src = fake_cuda_alloc(WLEN, 0);
-	CHECK(src);
-	t_fill(src, WLEN, 9);
-	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, src, WLEN, &mr));
-	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
+	struct wsrc ws = wsrc_open(fd, 9);
+	xfer_engine_t *e = ws.e;
+	xfer_mr_t *mr = ws.mr;
+	xfer_rmr_t *dst = ws.dst;
 	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = 1, .flags = XFER_F_IMM};
 	CHECK_OK(xfer_write(e, &w, NULL));
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
@@ -306,10 +378,11 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
-	xfer_rmr_free(dst);
-	CHECK_OK(xfer_mr_dereg(mr));
-	xfer_engine_destroy(e);
-	fake_cuda_free(src);
+	/* Each tracked copy is followed by its stream's write of a word, which
+	 * the worker reads for its end (no event query found one done);
+	 * XFER_GPU_DONE=event (write-event): no words, events. */
+	CHECK(fc.write_values == (done_flag ? 2u : 0u) && (!done_flag || fc.events_done == 0));
+	wsrc_close(&ws);
 	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
 	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
 	       (unsigned long long)fc.launches);
@@ -664,6 +737,213 @@ static int cut_root(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------- completion and waits */
+
+#define N_ROW 2000
+#define IMM_NOTICE 0x6f0
+
+static int notice_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	struct wdst d = wdst_open(fd, WLEN, 1);
+	xfer_engine_t *e = d.e;
+	uint8_t *gpu = d.gpu, *want = d.want;
+	xfer_mr_t *mr = d.mr;
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_NOTICE, 2 + N_ROW, &c));
+	t_send_desc(fd, mr);
+	t_send_u64(fd, (uint64_t)getpid());
+	CHECK_RC(t_wait_cqe(e, 60000).res, 0);
+	t_fill(want, WLEN, 11);
+	CHECK(memcmp(gpu, want, WLEN) == 0);
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	t_sync_worker(e);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(e, IMM_NOTICE, &extra));
+	CHECK(extra == 0); /* nothing counted twice */
+	wdst_close(&d);
+	return 0;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ThreadSanitizer's runtime can block inside an atomic access (its own
+ * locks): a voluntary switch that is not the wait going to sleep. */
+#if defined(__SANITIZE_THREAD__)
+#define SWITCHES_MEAN_SLEEP 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SWITCHES_MEAN_SLEEP 0
+#endif
+#endif
+#ifndef SWITCHES_MEAN_SLEEP
+#define SWITCHES_MEAN_SLEEP 1
+#endif
+
+static long voluntary_switches(void)
+{
+	struct rusage ru;
+	CHECK(getrusage(RUSAGE_THREAD, &ru) == 0);
+	return ru.ru_nvcsw;
+}
+
+/* Whether process pid is stopped (state T in /proc/pid/stat). */
+static bool stopped(pid_t pid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'T';
+}
+
+static int notice_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	struct wsrc ws = wsrc_open(fd, 11);
+	xfer_engine_t *e = ws.e;
+	pid_t target = (pid_t)t_recv_u64(fd);
+	struct xfer_write w = {.src = ws.mr, .dst = ws.dst, .len = WLEN, .imm = IMM_NOTICE, .flags = XFER_F_IMM};
+	struct xfer_cqe q;
+
+	/* A copy that does not finish (events held): the wait spins while it
+	 * is young, returns at its timeout, and sleeps once the copy has not
+	 * moved for 100 ms. */
+	fake_cuda_hold_events(1);
+	CHECK_OK(xfer_write(e, &w, NULL));
+	/* The worker runs a sync in the turn that takes it, before that turn
+	 * issues the copies it took and publishes them: the second sync is
+	 * taken in a later turn, after the copy is published as in flight. */
+	t_sync_worker(e);
+	t_sync_worker(e);
+	long v0 = voluntary_switches();
+	uint64_t t0 = ms_now();
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 30), -ETIMEDOUT);
+	CHECK(ms_now() - t0 >= 30);
+	long v1 = voluntary_switches();
+	if (SWITCHES_MEAN_SLEEP && v1 != v0) {
+		fprintf(stderr, "the wait slept (%ld voluntary switches) while a GPU copy was in flight\n", v1 - v0);
+		return 1;
+	}
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 300), -ETIMEDOUT);
+	CHECK(voluntary_switches() > v1); /* stopped moving: back to the futex */
+	fake_cuda_hold_events(0);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+
+	/* The target cannot take its notice while stopped: the write completes
+	 * anyway, once its copy finished and the notice is posted. */
+	CHECK(kill(target, SIGSTOP) == 0);
+	for (int k = 0; k < 5000 && !stopped(target); k++)
+		usleep(1000);
+	CHECK(stopped(target));
+	CHECK_OK(xfer_write(e, &w, NULL));
+	int got = xfer_cq_wait(e, &q, 1, 10000);
+	bool still = stopped(target);
+	CHECK(kill(target, SIGCONT) == 0);
+	if (got != 1 || !still) {
+		fprintf(stderr, "write to a stopped target: %s%s\n", got == 1 ? "completed" : xfer_strerror(got),
+			still ? "" : " (but the target ran meanwhile)");
+		return 1;
+	}
+	CHECK_RC(q.res, 0);
+
+	/* One after another: each write's context lives on as its notice after
+	 * the write completed, and must come back (a leak would stall posting
+	 * once the contexts ran out, well before 2,000). */
+	w.len = 64u << 10; /* the same bytes again, a slice of them */
+	for (int k = 0; k < N_ROW; k++) {
+		CHECK_OK(xfer_write(e, &w, NULL));
+		CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	}
+	CHECK(t_recv_u64(fd) == 1); /* every immediate counted, bytes checked */
+	t_send_u64(fd, 2);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(fc.ipc_opens == 1 && fc.syncs == 0);
+	wsrc_close(&ws);
+	printf("write-notice: waits spun during the copy and slept once it stalled; a write to a stopped target "
+	       "completed; %d more writes, every immediate counted once\n", N_ROW);
+	return 0;
+}
+
+/* ------------------------------------------------------ announced copy */
+
+#define ALEN (32u << 20)
+#define IMM_AHEAD 0x6f8
+
+static int ahead_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	struct wdst d = wdst_open(fd, ALEN, 1);
+	xfer_engine_t *e = d.e;
+	uint8_t *gpu = d.gpu, *want = d.want;
+	xfer_mr_t *mr = d.mr;
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(e, IMM_AHEAD + 1, 1, &c));
+	t_send_desc(fd, mr);
+	/* A short write first (not announced): the connection is up (on tcp
+	 * the first message to a peer waits for its setup). */
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	CHECK_OK(xfer_expect_imm(e, IMM_AHEAD, 1, &c));
+	t_send_u64(fd, 0);
+	CHECK(t_recv_u64(fd) == 1); /* the copy is issued and held */
+	usleep(50000);              /* its announcement has long arrived */
+	struct xfer_cqe q;
+	long v0 = voluntary_switches();
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 30), -ETIMEDOUT);
+	long v1 = voluntary_switches();
+	if (SWITCHES_MEAN_SLEEP && v1 != v0) {
+		fprintf(stderr, "the target's wait slept (%ld switches) during a copy announced to it\n", v1 - v0);
+		return 1;
+	}
+	/* 100 ms after the announcement it no longer keeps the wait awake. */
+	CHECK_RC(xfer_cq_wait(e, &q, 1, 300), -ETIMEDOUT);
+	CHECK(voluntary_switches() > v1);
+	t_send_u64(fd, 2);
+	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
+	t_fill(want, ALEN, 13);
+	CHECK(memcmp(gpu, want, ALEN) == 0);
+	t_send_u64(fd, 3);
+	wdst_close(&d);
+	return 0;
+}
+
+static int ahead_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	int fd = fds[0];
+	struct wsrc ws = wsrc_open_len(fd, 13, ALEN);
+	struct xfer_write w = {.src = ws.mr, .dst = ws.dst, .len = 4096, .imm = IMM_AHEAD + 1, .flags = XFER_F_IMM};
+	CHECK_OK(xfer_write(ws.e, &w, NULL));
+	CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 0);
+	w.len = ALEN;
+	w.imm = IMM_AHEAD;
+	fake_cuda_hold_events(1);
+	CHECK_OK(xfer_write(ws.e, &w, NULL));
+	t_sync_worker(ws.e);
+	t_sync_worker(ws.e); /* a later turn: the copy issued, its announcement posted */
+	t_send_u64(fd, 1);
+	CHECK(t_recv_u64(fd) == 2);
+	fake_cuda_hold_events(0);
+	CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fd) == 3);
+	wsrc_close(&ws);
+	printf("write-ahead: the target's wait spun during a copy announced to it, and slept after the bound\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "scatter-ipc";
@@ -673,12 +953,19 @@ int main(int argc, char **argv)
 	no_kernel = strstr(mode, "-engine") != NULL;
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
+	done_flag = strcmp(mode, "write-event") != 0;
+	if (!done_flag)
+		setenv("XFER_GPU_DONE", "event", 1);
 	if (no_kernel)
 		setenv("XFER_GPU_KERNEL", "0", 1);
 	if (!strcmp(mode, "scatter-cut"))
 		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
+	if (!strcmp(mode, "write-ahead"))
+		return t_run_procs(1, ahead_target, ahead_source, NULL);
+	if (!strcmp(mode, "write-notice"))
+		return t_run_procs(1, notice_target, notice_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
 	if (!strncmp(mode, "write-batch", 11)) {
