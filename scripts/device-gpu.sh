@@ -34,6 +34,12 @@
 #            staging switches (bytes verified, odd page sizes included),
 #            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
+#   ab       paged A/B of the kernel variants (gpuk6): AB_REPS (default 2)
+#            rounds of XFER_BENCH_ONLY=paged, each round every variant of
+#            PAGED_AB once (default: tile, dyn with runs of 64/32/128 items,
+#            tile with XFER_GPU_GRID=4 and 8 CTAs per SM, bulk, bulk with 6),
+#            then test_gpu ipc/scatter-ipc/staged with dyn, and row 3
+#            (16384 x 16 KiB) traced with tile and dyn                  ~110 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -51,7 +57,7 @@ T=build/bin/test_gpu
 
 # A paged kernel whose first bench step failed (or hung) is not run again:
 # its other steps would only spend the window's time in timeouts.
-KERNELS="warp tile bulk"
+KERNELS="warp tile bulk dyn"
 # The exit status of the latest step, from its line in steps.log (the step
 # runner of device-gpu-lib.sh returns 0 so that a plan goes on).
 last_rc() { tail -1 "$out/steps.log" | sed -n 's/.*: rc=\([0-9]*\) in .*/\1/p'; }
@@ -96,6 +102,23 @@ plan_staged() {
 				step staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
 			done
 		done
+	done
+}
+
+# NAME:VAR=value,VAR=value ... (an empty list: the defaults).
+PAGED_AB=${PAGED_AB:-"tile: dyn:XFER_GPU_PAGES=dyn dyn32:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=32 dyn128:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=128 tile-g4:XFER_GPU_GRID=4 tile-g8:XFER_GPU_GRID=8 bulk:XFER_GPU_PAGES=bulk bulk-g6:XFER_GPU_PAGES=bulk,XFER_GPU_GRID=6"}
+plan_ab() {
+	local r v
+	for r in $(seq "${AB_REPS:-2}"); do
+		for v in $PAGED_AB; do
+			local envs=${v#*:}
+			step ab-${v%%:*}-r$r 10 env ${envs//,/ } XFER_BENCH_ONLY=paged $B
+		done
+	done
+	# The dyn kernel on the tests' odd page sizes and scatter (bytes verified).
+	for v in ipc scatter-ipc staged; do step ab-test-$v-dyn 15 env XFER_GPU_PAGES=dyn XFER_TEST_PROVIDER=shm $T $v; done
+	for v in tile dyn; do
+		step ab-trace-p16k16k-$v 10 env XFER_GPU_PAGES=$v XFER_BENCH_ROW=3 XFER_GPU_TRACE="$out/ab-trace-p16k16k-$v.csv" $B
 	done
 }
 
@@ -156,7 +179,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher ab full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

@@ -61,8 +61,9 @@ struct kbatch {
 struct gpu_kernels {
 	int state; /* 0 not tried, 1 loaded, -1 unavailable on this device */
 	CUmodule mod;
-	CUfunction fn, fn_tile, fn_bulk; /* the last two NULL where the fatbin lacks them */
+	CUfunction fn, fn_tile, fn_bulk, fn_dyn; /* all but fn NULL unless XFER_GPU_PAGES chose them */
 	unsigned sms;
+	CUdeviceptr counter; /* the dyn kernel's uint32_t[2] (kernel_args.h), zeroed at load */
 	uint8_t *host; /* IDX_RING bytes */
 	CUdeviceptr host_dev, dev;
 	uint64_t tail, used;
@@ -97,12 +98,25 @@ struct xi_gpu {
 	bool trace_tried;
 	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
-	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
+	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP, PAGES_BULK or PAGES_DYN */
+	unsigned grid_per_sm; /* XFER_GPU_GRID: CTAs per SM in a launch's grid, 0 for the kernel's residency */
+	uint32_t dyn_tile;    /* XFER_GPU_DYN_TILE: the dyn kernel's items per run */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
 
-enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
+enum { PAGES_WARP, PAGES_TILE, PAGES_BULK, PAGES_DYN };
+
+/* A small unsigned setting: its value if set and within [lo, hi], else dflt. */
+static unsigned env_uint(const char *name, unsigned lo, unsigned hi, unsigned dflt)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return dflt;
+	char *end;
+	unsigned long n = strtoul(v, &end, 10);
+	return !*end && n >= lo && n <= hi ? (unsigned)n : dflt;
+}
 
 static bool env_is(const char *name, const char *value)
 {
@@ -145,7 +159,14 @@ struct xi_gpu *xi_gpu_create(void)
 	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
 	 * it was the best or within noise of the best on every paged row and
 	 * the steadiest (docs/performance.md). */
-	g->pages_kind = env_is("XFER_GPU_PAGES", "warp") ? PAGES_WARP : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_TILE;
+	g->pages_kind = env_is("XFER_GPU_PAGES", "warp")   ? PAGES_WARP
+			: env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK
+			: env_is("XFER_GPU_PAGES", "dyn")  ? PAGES_DYN
+							   : PAGES_TILE;
+	/* A/B settings of the paged kernels (docs/performance.md): a grid of
+	 * more CTAs than fit at once lets the block scheduler balance them. */
+	g->grid_per_sm = env_uint("XFER_GPU_GRID", 1, 16, 0);
+	g->dyn_tile = env_uint("XFER_GPU_DYN_TILE", 1, XI_DYN_TILE_MAX, XI_DYN_TILE);
 	return g;
 }
 
@@ -191,12 +212,24 @@ void xi_gpu_destroy(struct xi_gpu *g)
 			g->c->cuMemFreeHost(k->host);
 		if (k->dev)
 			g->c->cuMemFree(k->dev);
+		if (k->counter)
+			g->c->cuMemFree(k->counter);
 	}
 	xi_gpu_trace_destroy(g->trace);
 	free(g);
 }
 
 /* ---------------------------------------------------------- copy kernels */
+
+/* The dyn kernel's counter, zero before its first launch (each launch
+ * leaves it zero): 0, or nonzero when there is no memory for it. */
+static int dyn_counter(const struct cuda_api *c, struct gpu_kernels *k)
+{
+	static const uint32_t zero[2];
+	if (c->cuMemAlloc(&k->counter, sizeof(zero)))
+		return k->counter = 0, -1;
+	return c->cuMemcpyHtoD(k->counter, zero, sizeof(zero)) ? -1 : 0;
+}
 
 static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 {
@@ -246,15 +279,22 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		/* Loaded now for the same reason as the warp kernel (lazy
 		 * loading, xi_gpu_prepare); one that will not load leaves the
 		 * warp kernel to do its launches. */
-		const char *name = g->pages_kind == PAGES_TILE ? XI_PAGES_KERNEL_TILE : XI_PAGES_KERNEL_BULK;
-		CUfunction *fn = g->pages_kind == PAGES_TILE ? &k->fn_tile : &k->fn_bulk;
-		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn))) {
+		static const char *const names[] = {
+			[PAGES_TILE] = XI_PAGES_KERNEL_TILE, [PAGES_BULK] = XI_PAGES_KERNEL_BULK, [PAGES_DYN] = XI_PAGES_KERNEL_DYN};
+		CUfunction *const fns[] = {[PAGES_TILE] = &k->fn_tile, [PAGES_BULK] = &k->fn_bulk, [PAGES_DYN] = &k->fn_dyn};
+		const char *name = names[g->pages_kind];
+		CUfunction *fn = fns[g->pages_kind];
+		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn)) ||
+		    (fn == &k->fn_dyn && dyn_counter(c, k))) {
 			*fn = NULL;
 			xwarn("XFER_GPU_PAGES: %s would not load: the warp kernel copies", name);
 		}
 	}
 	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s)", dev, sms,
-	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL);
+	      k->fn_tile  ? XI_PAGES_KERNEL_TILE
+	      : k->fn_bulk ? XI_PAGES_KERNEL_BULK
+	      : k->fn_dyn  ? XI_PAGES_KERNEL_DYN
+			   : XI_PAGES_KERNEL);
 	return k;
 }
 
@@ -281,6 +321,10 @@ static void launch_batch(struct xi_gpu *g)
 	unsigned threads = XI_PAGES_THREADS, per_sm = XI_PAGES_CTAS_PER_SM;
 	if (k->fn_tile) {
 		fn = k->fn_tile;
+	} else if (k->fn_dyn) {
+		fn = k->fn_dyn;
+		b->a.counter = k->counter;
+		b->a.tile = g->dyn_tile;
 	} else if (k->fn_bulk && b->a.aligned) {
 		fn = k->fn_bulk;
 		threads = XI_BULK_THREADS;
@@ -289,7 +333,7 @@ static void launch_batch(struct xi_gpu *g)
 	uint64_t warps_per_cta = threads / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
 	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
 	 * grid-stride loop. */
-	uint64_t most = (uint64_t)k->sms * per_sm;
+	uint64_t most = (uint64_t)k->sms * (g->grid_per_sm ? g->grid_per_sm : per_sm);
 	if (most > XI_GPU_MAX_CTAS)
 		most = XI_GPU_MAX_CTAS;
 	if (g->spread)

@@ -400,11 +400,12 @@ static CUresult f_module_load(CUmodule *m, const void *image)
 static CUresult f_module_fn(CUfunction *f, CUmodule m, const char *name)
 {
 	(void)m;
-	/* The three kernels of one argument, told apart at launch by their
-	 * handle: 1 warp, 2 tile, 3 bulk. */
+	/* The four kernels of one argument, told apart at launch by their
+	 * handle: 1 warp, 2 tile, 3 bulk, 4 dyn. */
 	uintptr_t which = !strcmp(name, XI_PAGES_KERNEL)        ? 1
 			  : !strcmp(name, XI_PAGES_KERNEL_TILE) ? 2
 			  : !strcmp(name, XI_PAGES_KERNEL_BULK) ? 3
+			  : !strcmp(name, XI_PAGES_KERNEL_DYN)  ? 4
 								: 0;
 	*f = (CUfunction)which;
 	return which ? 0 : ERR;
@@ -416,11 +417,17 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	(void)shmem;
 	uintptr_t which = (uintptr_t)f;
 	unsigned threads = which == 3 ? XI_BULK_THREADS : XI_PAGES_THREADS;
-	if (!which || which > 3 || !gx || gy != 1 || gz != 1 || bx != threads || by != 1 || bz != 1 || !params || extra)
+	if (!which || which > 4 || !gx || gy != 1 || gz != 1 || bx != threads || by != 1 || bz != 1 || !params || extra)
 		return ERR;
 	const struct xi_pages_args *a = params[0];
 	if (which == 3 && !a->aligned)
 		return ERR; /* bulk copies need 16-byte addresses and lengths */
+	/* dyn: its run length within what its shared arrays and threads hold,
+	 * and its work counter in device memory, zero (the kernel leaves it
+	 * so; the launcher zeroes it once). */
+	if (which == 4 && (!a->tile || a->tile > XI_DYN_TILE_MAX || !a->counter ||
+			   ((const uint32_t *)(uintptr_t)a->counter)[0] || ((const uint32_t *)(uintptr_t)a->counter)[1]))
+		return ERR;
 	uint32_t items = 0;
 	for (uint32_t k = 0; k < a->njobs; k++) {
 		/* The launcher's bookkeeping, as the kernel relies on it. */

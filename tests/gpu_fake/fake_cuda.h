@@ -20,7 +20,7 @@ struct fake_cuda_counts {
 	uint64_t dmabuf_exports;
 	uint64_t last_dmabuf_ptr, last_dmabuf_size;
 	uint64_t launches; /* copy-kernel launches */
-	uint64_t by_kernel[3]; /* ... of the warp, tile and bulk kernels (XFER_GPU_PAGES) */
+	uint64_t by_kernel[4]; /* ... of the warp, tile, bulk and dyn kernels (XFER_GPU_PAGES) */
 	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 };

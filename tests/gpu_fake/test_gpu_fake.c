@@ -26,10 +26,11 @@
  *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
  *       of the calls queued behind the first start while it waits and share
  *       launches (fewer launches than aligned calls), every byte lands once
- *   write-batch-warp | write-batch-bulk  write-batch with XFER_GPU_PAGES=warp
- *       (every launch by the warp kernel; by default the tile kernel's) or
- *       =bulk (aligned launches by the bulk kernel, the unaligned one by the
- *       warp kernel)
+ *   write-batch-warp | write-batch-bulk | write-batch-dyn  write-batch with
+ *       XFER_GPU_PAGES=warp (every launch by the warp kernel; by default the
+ *       tile kernel's), =bulk (aligned launches by the bulk kernel, the
+ *       unaligned one by the warp kernel) or =dyn (every launch by the dyn
+ *       kernel, given a zeroed work counter and a run length in range)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
@@ -422,7 +423,7 @@ static int ring_source(int n, const int *fds, void *arg)
 #define IMM_BATCH 0x6e0
 
 static bool batch_off;
-static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk (XFER_GPU_PAGES) */
+static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk, 3 dyn (XFER_GPU_PAGES) */
 
 struct bcall {
 	int kind; /* 0 aligned single, 1 aligned paged, 2 unaligned single, 3 unaligned paged */
@@ -561,8 +562,8 @@ static int batch_source(int n, const int *fds, void *arg)
 		CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
 	/* The kernel each launch went to: the chosen one, but bulk copies only
 	 * for aligned launches (the 8 odd paged calls share the warp kernel's). */
-	uint64_t by[3];
-	for (int k = 0; k < 3; k++)
+	uint64_t by[4];
+	for (int k = 0; k < 4; k++)
 		by[k] = fc.by_kernel[k] - c0.by_kernel[k];
 	if (batch_kernel == 2 && !staged)
 		CHECK(by[0] == (batch_off ? 8u : 1u) && by[1] == 0 && by[2] == launches - by[0]);
@@ -573,11 +574,12 @@ static int batch_source(int n, const int *fds, void *arg)
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
+	static const char *const kname[] = {" (warp)", "", " (bulk)", " (dyn)"};
 	printf("write-batch%s%s: %d calls verified, %llu kernel jobs in %llu launches (warp %llu, tile %llu, bulk "
-	       "%llu), %llu copy-engine copies (%llu DtoH)\n",
-	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", batch_kernel == 0 ? " (warp)" : batch_kernel == 2 ? " (bulk)" : "",
+	       "%llu, dyn %llu), %llu copy-engine copies (%llu DtoH)\n",
+	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", kname[batch_kernel],
 	       B_CALLS, (unsigned long long)jobs, (unsigned long long)launches, (unsigned long long)by[0],
-	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)(dtod + dtoh),
+	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)by[3], (unsigned long long)(dtod + dtoh),
 	       (unsigned long long)dtoh);
 	return 0;
 }
@@ -693,9 +695,13 @@ int main(int argc, char **argv)
 			setenv("XFER_GPU_STAGE", "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
 		}
-		batch_kernel = !strcmp(mode, "write-batch-warp") ? 0 : !strcmp(mode, "write-batch-bulk") ? 2 : 1;
+		static const char *const kinds[] = {"warp", "tile", "bulk", "dyn"};
+		batch_kernel = 1;
+		for (int k = 0; k < 4; k++)
+			if (mode[11] == '-' && !strcmp(mode + 12, kinds[k]))
+				batch_kernel = k;
 		if (batch_kernel != 1)
-			setenv("XFER_GPU_PAGES", batch_kernel == 0 ? "warp" : "bulk", 1);
+			setenv("XFER_GPU_PAGES", kinds[batch_kernel], 1);
 		return t_run_procs(1, batch_target, batch_source, NULL);
 	}
 	if (!strncmp(mode, "write", 5))
