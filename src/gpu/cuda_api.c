@@ -71,6 +71,7 @@ static void load(void)
 	*(void **)&api.cuLaunchKernel = dlsym(lib, "cuLaunchKernel");
 	*(void **)&api.cuMemAlloc = dlsym(lib, "cuMemAlloc_v2");
 	*(void **)&api.cuMemFree = dlsym(lib, "cuMemFree_v2");
+	*(void **)&api.cuStreamWaitEvent = dlsym(lib, "cuStreamWaitEvent");
 	int n = 0;
 	if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n == 0) {
 		xinfo("CUDA driver present but no usable GPU");

@@ -86,6 +86,8 @@ struct cuda_api {
 				   CUstream, void **, void **);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
+	/* Optional: without it a copy stays on one stream (XFER_GPU_STREAMS off). */
+	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */

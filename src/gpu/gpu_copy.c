@@ -58,6 +58,9 @@ struct kbatch {
  * forces one way). Used in FIFO order, like the copies ring. */
 #define IDX_RING (4u << 20)
 
+/* Side streams per device at most (XFER_GPU_STREAMS - 1). */
+#define SIDE_MAX 7u
+
 struct gpu_kernels {
 	int state; /* 0 not tried, 1 loaded, -1 unavailable on this device */
 	CUmodule mod;
@@ -74,6 +77,13 @@ struct xi_gpu {
 	int cur_dev; /* device whose context is current on this thread, -1 none */
 	CUstream stream[XI_GPU_DEVS];
 	CUevent events[XI_GPU_DEVS][XI_GPU_RING];
+	/* XFER_GPU_STREAMS=n > 1: n - 1 side streams per device for copies made
+	 * only of host <-> device pieces (staging, landings), taken in turn per
+	 * copy (host_stream), each with an event that joins it to the main
+	 * stream when a copy also has pieces there. */
+	unsigned nside, side_next;
+	CUstream side[XI_GPU_DEVS][SIDE_MAX];
+	CUevent side_join[XI_GPU_DEVS][SIDE_MAX];
 	/* Copies in flight, oldest first, each with its event. */
 	struct gpu_wait ring[XI_GPU_RING];
 	uint32_t head, count;
@@ -90,6 +100,8 @@ struct xi_gpu {
 	struct gpu_kernels k[XI_GPU_DEVS];
 	struct kbatch kb;
 	bool cur_in_batch;   /* the copy being built has a job in kb */
+	bool cur_main;       /* ... has pieces on the main stream */
+	int cur_side;        /* ... its side stream, or -1 */
 	bool cur_failed;     /* ... and kb's launch failed: the copy fails */
 	uint64_t t_begin;    /* XFER_GPU_TRACE: when the copy being built began */
 	bool batch_calls;    /* XFER_GPU_BATCH != 0: calls of a turn share a launch */
@@ -167,6 +179,8 @@ struct xi_gpu *xi_gpu_create(void)
 	 * more CTAs than fit at once lets the block scheduler balance them. */
 	g->grid_per_sm = env_uint("XFER_GPU_GRID", 1, 16, 0);
 	g->dyn_tile = env_uint("XFER_GPU_DYN_TILE", 1, XI_DYN_TILE_MAX, XI_DYN_TILE);
+	g->nside = c->cuStreamWaitEvent ? env_uint("XFER_GPU_STREAMS", 1, SIDE_MAX + 1, 1) - 1 : 0;
+	g->cur_side = -1;
 	return g;
 }
 
@@ -207,6 +221,14 @@ void xi_gpu_destroy(struct xi_gpu *g)
 		/* Kernels still running read the page lists: let them finish. */
 		g->c->cuStreamSynchronize(g->stream[dev]);
 		g->c->cuStreamDestroy(g->stream[dev]);
+		for (unsigned i = 0; i < SIDE_MAX; i++) {
+			if (g->side[dev][i]) {
+				g->c->cuStreamSynchronize(g->side[dev][i]);
+				g->c->cuStreamDestroy(g->side[dev][i]);
+			}
+			if (g->side_join[dev][i])
+				g->c->cuEventDestroy(g->side_join[dev][i]);
+		}
 		struct gpu_kernels *k = &g->k[dev];
 		if (k->host)
 			g->c->cuMemFreeHost(k->host);
@@ -514,6 +536,8 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
 	g->dev = dev;
 	g->nbatch = 0;
 	g->cur_in_batch = false;
+	g->cur_main = false;
+	g->cur_side = -1;
 	g->cur_failed = false;
 	if (g->trace)
 		g->t_begin = xi_gpu_trace_now();
@@ -528,6 +552,7 @@ static int flush_batch(struct xi_gpu *g)
 	g->nbatch = 0;
 	if (!n)
 		return 0;
+	g->cur_main = true;
 	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
 	if (!g->batch_off && !g->c->cuMemcpyBatchAsync(g->batch_dst, g->batch_src, g->batch_len, n, &attr,
 						       &first, 1, g->stream[g->dev]))
@@ -587,6 +612,31 @@ static int mapped_job(struct xi_gpu *g, uint64_t dst, uint64_t src, void *hdst, 
 	return 0;
 }
 
+/* The stream of a host <-> device piece of the copy being built: the main
+ * stream, after the open batch's jobs (the stream keeps the calls' order),
+ * or, with side streams, the next one in turn for a copy that has nothing
+ * on the main stream yet (and then the same one for its other such pieces):
+ * measured on an H200, a small staging copy spends most of its ~8 us in
+ * fixed latency (docs/performance.md), which copies queued on one stream
+ * pay one after the other. */
+static CUstream host_stream(struct xi_gpu *g)
+{
+	if (g->cur_side < 0 && g->nside && !g->cur_main && !g->cur_in_batch) {
+		unsigned i = g->side_next++ % g->nside;
+		CUstream *st = &g->side[g->dev][i];
+		CUevent *join = &g->side_join[g->dev][i];
+		if (!*join && g->c->cuEventCreate(join, CU_EVENT_DISABLE_TIMING))
+			*join = NULL;
+		if (*join && (*st || !g->c->cuStreamCreate(st, CU_STREAM_NON_BLOCKING)))
+			g->cur_side = (int)i;
+	}
+	if (g->cur_side >= 0)
+		return g->side[g->dev][g->cur_side];
+	launch_batch(g);
+	g->cur_main = true;
+	return g->stream[g->dev];
+}
+
 int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len)
 {
 	if (!len)
@@ -595,12 +645,11 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 		int ret = mapped_job(g, dst, 0, NULL, src_host, len);
 		if (ret != 1)
 			return ret;
+		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, host_stream(g)) ? -EIO : 0;
 	}
 	launch_batch(g); /* jobs queued so far go first: the stream keeps order */
-	CUstream st = g->stream[g->dev];
-	if (src_host)
-		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
-	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
+	g->cur_main = true;
+	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
 }
 
 int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
@@ -610,8 +659,7 @@ int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t 
 	int ret = mapped_job(g, 0, src, dst_host, NULL, len);
 	if (ret != 1)
 		return ret;
-	launch_batch(g);
-	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
+	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, host_stream(g)) ? -EIO : 0;
 }
 
 
@@ -654,6 +702,16 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 	int ret = flush_batch(g);
 	if (ret)
 		return ret;
+	CUstream st = g->stream[g->dev];
+	if (g->cur_side >= 0) {
+		CUstream side = g->side[g->dev][g->cur_side];
+		CUevent join = g->side_join[g->dev][g->cur_side];
+		g->cur_side = -1;
+		if (!g->cur_main && !g->cur_in_batch)
+			st = side; /* all its pieces are there: so is its event */
+		else if (g->c->cuEventRecord(join, side) || g->c->cuStreamWaitEvent(st, join, 0))
+			return -EIO; /* the main stream, where its event goes, waits for the side's pieces */
+	}
 	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
 	if (g->cur_in_batch) {
 		/* Its event comes with the batch's launch. */
@@ -678,7 +736,7 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 	}
 	CUevent ev = g->events[g->dev][slot];
 	/* Whatever the caller sends after the copy must wait for this event. */
-	if (g->c->cuEventRecord(ev, g->stream[g->dev]))
+	if (g->c->cuEventRecord(ev, st))
 		return -EIO;
 	if (g->trace)
 		xi_gpu_trace_rec(g->trace, tr)->t_recorded = xi_gpu_trace_now();
@@ -747,6 +805,7 @@ void xi_gpu_forget(struct xi_gpu *g)
 	g->kb.bytes = 0;
 	g->kb.dev = -1;
 	g->cur_in_batch = false;
+	g->cur_side = -1;
 	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
 		g->k[dev].used = 0;
 }

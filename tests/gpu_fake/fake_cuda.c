@@ -31,6 +31,10 @@ struct copy {
 	size_t len;
 	int kernel;
 	struct xi_pages_args args;
+	/* A cuStreamWaitEvent: when its turn comes, wait_st's copies up to
+	 * wait_upto run first (wait_st NULL: an ordinary entry). */
+	struct stream *wait_st;
+	size_t wait_upto;
 };
 
 /* What the GPU kernel does, byte for byte: every job of the launch. */
@@ -47,9 +51,13 @@ static void run_pages(const struct xi_pages_args *a)
 	}
 }
 
+static void run_upto(struct stream *st, size_t upto);
+
 static void run_copy(const struct copy *c)
 {
-	if (c->kernel)
+	if (c->wait_st)
+		run_upto(c->wait_st, c->wait_upto);
+	else if (c->kernel)
 		run_pages(&c->args);
 	else
 		memcpy(c->dst, c->src, c->len);
@@ -65,6 +73,12 @@ struct event {
 	size_t upto;
 	int queries;
 };
+
+static void run_upto(struct stream *st, size_t upto)
+{
+	for (; st && st->done < upto; st->done++)
+		run_copy(&st->q[st->done]);
+}
 
 struct handle {
 	uint32_t magic;
@@ -370,6 +384,9 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 {
 	(void)flags;
 	*s = calloc(1, sizeof(struct stream));
+	pthread_mutex_lock(&lock);
+	counts.streams++;
+	pthread_mutex_unlock(&lock);
 	return *s ? 0 : 2;
 }
 
@@ -556,10 +573,25 @@ static CUresult f_event_query(CUevent e)
 	pthread_mutex_unlock(&lock);
 	if (held || ++ev->queries < 3)
 		return CUDA_ERROR_NOT_READY;
-	struct stream *st = ev->st;
-	for (; st && st->done < ev->upto; st->done++)
-		run_copy(&st->q[st->done]);
+	run_upto(ev->st, ev->upto);
 	return 0;
+}
+
+static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+	const struct event *ev = (const struct event *)e;
+	if (flags || !ev->st)
+		return ERR;
+	CUresult r = enqueue(s, NULL, NULL, 0);
+	if (!r) {
+		struct stream *st = (struct stream *)s;
+		st->q[st->n - 1].wait_st = ev->st;
+		st->q[st->n - 1].wait_upto = ev->upto;
+		pthread_mutex_lock(&lock);
+		counts.stream_waits++;
+		pthread_mutex_unlock(&lock);
+	}
+	return r;
 }
 
 static CUresult f_device_attr(int *v, int attr, CUdevice d)
@@ -631,6 +663,7 @@ static const struct cuda_api fake_api = {
 	.cuLaunchKernel = f_launch,
 	.cuMemAlloc = f_mem_alloc,
 	.cuMemFree = f_mem_free,
+	.cuStreamWaitEvent = f_stream_wait_event,
 };
 
 void fake_cuda_install(void)

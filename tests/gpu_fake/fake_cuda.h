@@ -23,6 +23,8 @@ struct fake_cuda_counts {
 	uint64_t by_kernel[4]; /* ... of the warp, tile, bulk and dyn kernels (XFER_GPU_PAGES) */
 	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
+	uint64_t streams;      /* streams created (main and XFER_GPU_STREAMS side streams) */
+	uint64_t stream_waits; /* cuStreamWaitEvent: a copy's side-stream pieces joined to the main stream */
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */

@@ -34,7 +34,11 @@
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
- * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors). */
+ * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors); "-streams"
+ * XFER_GPU_STREAMS=3 (host <-> device copies on two side streams in turn:
+ * scatter-streams-kstage-staged, with XFER_GPU_STAGE=kernel, has copies of
+ * kernel jobs and side-stream pieces, joined by a stream wait); "-kstage"
+ * XFER_GPU_STAGE=kernel. */
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,7 +52,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged, no_kernel;
+static bool staged, no_kernel, streams;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -169,8 +173,11 @@ static int scatter_root(int n, const int *fds, void *arg)
 	struct xfer_scatter_entry en[NENT];
 	int32_t status[NENT];
 	for (int k = 0; k < NENT; k++) {
-		en[k] = entry(k);
-		en[k].dst = to_gpu(k) ? grmr[en[k].member] : hrmr[en[k].member];
+		/* -kstage: entry 0 (the one 16-byte aligned source, a kernel job
+		 * there) last, after odd ones that take a side stream first. */
+		int ek = getenv("XFER_GPU_STAGE") ? (k + 1) % NENT : k;
+		en[k] = entry(ek);
+		en[k].dst = to_gpu(ek) ? grmr[en[k].member] : hrmr[en[k].member];
 	}
 	for (int round = 0; round < 2; round++) {
 		for (int i = 0; i < n; i++)
@@ -197,6 +204,11 @@ static int scatter_root(int n, const int *fds, void *arg)
 	for (int i = 0; i < n; i++)
 		CHECK(t_recv_u64(fds[i]) == 3);
 	struct fake_cuda_counts fc = fake_cuda_counts();
+	/* -streams: the staging copies went to side streams; with kernel
+	 * staging the aligned entries were kernel jobs on the main stream and
+	 * the others side-stream copies of the same tracked copy, joined. */
+	CHECK(!streams || fc.streams >= 2);
+	CHECK(!streams || !staged || !getenv("XFER_GPU_STAGE") || !xi_gpu_fatbin_len || fc.stream_waits > 0);
 	if (staged) {
 		CHECK(fc.ipc_opens == 0);
 		CHECK(fc.dtoh > 0); /* the GPU source was staged through its mirror */
@@ -256,6 +268,7 @@ static int write_target(int idx, int fd, void *arg)
 	 * kernel from the mirror, the single write's one range by a copy. */
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	CHECK(fc.syncs == 0);
+	CHECK(!streams || !staged || fc.streams >= 2); /* the single write's landing on a side stream */
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
@@ -307,6 +320,7 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
+	CHECK(!streams || !staged || fc.streams >= 2); /* the single write's staging on a side stream */
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
@@ -673,6 +687,11 @@ int main(int argc, char **argv)
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
 	no_kernel = strstr(mode, "-engine") != NULL;
+	streams = strstr(mode, "-streams") != NULL;
+	if (streams)
+		setenv("XFER_GPU_STREAMS", "3", 1);
+	if (strstr(mode, "-kstage"))
+		setenv("XFER_GPU_STAGE", "kernel", 1);
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
