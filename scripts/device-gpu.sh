@@ -40,6 +40,11 @@
 #            tile with XFER_GPU_GRID=4 and 8 CTAs per SM, bulk, bulk with 6),
 #            then test_gpu ipc/scatter-ipc/staged with dyn, and row 3
 #            (16384 x 16 KiB) traced with tile and dyn                  ~110 s
+#   sab      the staged plan's rows with XFER_GPU_STREAMS=4 (side streams
+#            for staging copies) against the default and
+#            XFER_GPU_STAGE_AHEAD=1, alone and together; the 64 KiB row on
+#            shm traced with both; test_gpu staged/scatter-staged on tcp
+#            with both                                                  ~60 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -92,7 +97,7 @@ plan_single() {
 # Staging A/B: default (one copy-engine copy per op, each op's staging only
 # once the op before it left the FIFO), kernel (XFER_GPU_STAGE=kernel),
 # ahead (XFER_GPU_STAGE_AHEAD=1: staging of queued ops starts early), both.
-STAGE_AB="default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"
+STAGE_AB=${STAGE_AB:-"default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"}
 plan_staged() {
 	local r p v
 	for r in $(seq "${STAGED_REPS:-2}"); do
@@ -120,6 +125,16 @@ plan_ab() {
 	for v in tile dyn; do
 		step ab-trace-p16k16k-$v 10 env XFER_GPU_PAGES=$v XFER_BENCH_ROW=3 XFER_GPU_TRACE="$out/ab-trace-p16k16k-$v.csv" $B
 	done
+}
+
+# Side streams for staging copies (XFER_GPU_STREAMS, gpuk6) against the
+# default and XFER_GPU_STAGE_AHEAD=1, then the 64 KiB row traced with both.
+plan_sab() {
+	STAGE_AB="default: ahead:XFER_GPU_STAGE_AHEAD=1 streams4:XFER_GPU_STREAMS=4 ahead-streams4:XFER_GPU_STAGE_AHEAD=1,XFER_GPU_STREAMS=4" plan_staged
+	step sab-trace-staged64k-shm 10 env XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_BENCH_ONLY=staged \
+		XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/sab-trace-staged64k.csv" $B
+	step sab-test-staged-tcp 20 env XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_TEST_PROVIDER=tcp $T staged
+	step sab-test-scatter-staged-tcp 20 env XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_TEST_PROVIDER=tcp $T scatter-staged
 }
 
 plan_trace() {
@@ -179,7 +194,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher ab full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher ab sab full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done
