@@ -34,12 +34,14 @@
 #            staging switches (bytes verified, odd page sizes included),
 #            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
-#   ab       paged A/B of the kernel variants (gpuk6): AB_REPS (default 2)
+#   ab       paged A/B of the kernel variants (gpuk6): AB_REPS (default 3)
 #            rounds of XFER_BENCH_ONLY=paged, each round every variant of
 #            PAGED_AB once (default: tile, dyn with runs of 64/32/128 items,
-#            tile with XFER_GPU_GRID=4 and 8 CTAs per SM, bulk, bulk with 6),
-#            then test_gpu ipc/scatter-ipc/staged with dyn, and row 3
-#            (16384 x 16 KiB) traced with tile and dyn                  ~110 s
+#            tile with XFER_GPU_GRID=4 and 8 CTAs per SM, bulk, bulk with 6,
+#            dyn with device page lists, tile and dyn with XFER_SPIN_US=1000:
+#            how much of a row is the waiters' sleeping), then test_gpu
+#            ipc/scatter-ipc/staged with dyn, and row 3 (16384 x 16 KiB)
+#            traced with tile and dyn                                    ~80 s
 #   sab      the staged plan's rows with XFER_GPU_STREAMS=4 (side streams
 #            for staging copies) against the default and
 #            XFER_GPU_STAGE_AHEAD=1, alone and together; the 64 KiB row on
@@ -111,10 +113,10 @@ plan_staged() {
 }
 
 # NAME:VAR=value,VAR=value ... (an empty list: the defaults).
-PAGED_AB=${PAGED_AB:-"tile: dyn:XFER_GPU_PAGES=dyn dyn32:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=32 dyn128:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=128 tile-g4:XFER_GPU_GRID=4 tile-g8:XFER_GPU_GRID=8 bulk:XFER_GPU_PAGES=bulk bulk-g6:XFER_GPU_PAGES=bulk,XFER_GPU_GRID=6"}
+PAGED_AB=${PAGED_AB:-"tile: dyn:XFER_GPU_PAGES=dyn dyn32:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=32 dyn128:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=128 tile-g4:XFER_GPU_GRID=4 tile-g8:XFER_GPU_GRID=8 bulk:XFER_GPU_PAGES=bulk bulk-g6:XFER_GPU_PAGES=bulk,XFER_GPU_GRID=6 dyn-devidx:XFER_GPU_PAGES=dyn,XFER_GPU_INDEX=device tile-spin:XFER_SPIN_US=1000 dyn-spin:XFER_GPU_PAGES=dyn,XFER_SPIN_US=1000"}
 plan_ab() {
 	local r v
-	for r in $(seq "${AB_REPS:-2}"); do
+	for r in $(seq "${AB_REPS:-3}"); do
 		for v in $PAGED_AB; do
 			local envs=${v#*:}
 			step ab-${v%%:*}-r$r 10 env ${envs//,/ } XFER_BENCH_ONLY=paged $B
