@@ -35,6 +35,9 @@ struct copy {
 	 * wait_upto run first (wait_st NULL: an ordinary entry). */
 	struct stream *wait_st;
 	size_t wait_upto;
+	/* A cuStreamWriteValue32 (value_at NULL: not one). */
+	uint32_t *value_at;
+	uint32_t value;
 };
 
 /* What the GPU kernel does, byte for byte: every job of the launch. */
@@ -57,6 +60,8 @@ static void run_copy(const struct copy *c)
 {
 	if (c->wait_st)
 		run_upto(c->wait_st, c->wait_upto);
+	else if (c->value_at)
+		__atomic_store_n(c->value_at, c->value, __ATOMIC_RELEASE);
 	else if (c->kernel)
 		run_pages(&c->args);
 	else
@@ -577,6 +582,24 @@ static CUresult f_event_query(CUevent e)
 	return 0;
 }
 
+/* Queued like a copy: the word is written when the copies before it have
+ * run (when an event recorded after it is queried the third time). */
+static CUresult f_write_value(CUstream s, CUdeviceptr addr, uint32_t value, unsigned flags)
+{
+	if (flags || !addr || addr % 4)
+		return ERR;
+	CUresult r = enqueue(s, NULL, NULL, 0);
+	if (!r) {
+		struct stream *st = (struct stream *)s;
+		st->q[st->n - 1].value_at = (uint32_t *)(uintptr_t)addr;
+		st->q[st->n - 1].value = value;
+		pthread_mutex_lock(&lock);
+		counts.value_writes++;
+		pthread_mutex_unlock(&lock);
+	}
+	return r;
+}
+
 static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
 {
 	const struct event *ev = (const struct event *)e;
@@ -664,6 +687,7 @@ static const struct cuda_api fake_api = {
 	.cuMemAlloc = f_mem_alloc,
 	.cuMemFree = f_mem_free,
 	.cuStreamWaitEvent = f_stream_wait_event,
+	.cuStreamWriteValue32 = f_write_value,
 };
 
 void fake_cuda_install(void)

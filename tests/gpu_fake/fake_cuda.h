@@ -25,6 +25,7 @@ struct fake_cuda_counts {
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 	uint64_t streams;      /* streams created (main and XFER_GPU_STREAMS side streams) */
 	uint64_t stream_waits; /* cuStreamWaitEvent: a copy's side-stream pieces joined to the main stream */
+	uint64_t value_writes; /* cuStreamWriteValue32: XFER_GPU_DONE=word's done words */
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */

@@ -38,7 +38,8 @@
  * XFER_GPU_STREAMS=3 (host <-> device copies on two side streams in turn:
  * scatter-streams-kstage-staged, with XFER_GPU_STAGE=kernel, has copies of
  * kernel jobs and side-stream pieces, joined by a stream wait); "-kstage"
- * XFER_GPU_STAGE=kernel. */
+ * XFER_GPU_STAGE=kernel; "-words" XFER_GPU_DONE=word (copies seen done by
+ * a word their stream writes, the event queried only now and then). */
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged, no_kernel, streams;
+static bool staged, no_kernel, streams, words;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -208,6 +209,7 @@ static int scatter_root(int n, const int *fds, void *arg)
 	 * staging the aligned entries were kernel jobs on the main stream and
 	 * the others side-stream copies of the same tracked copy, joined. */
 	CHECK(!streams || fc.streams >= 2);
+	CHECK(!words || fc.value_writes > 0); /* -words: copies seen done by their done words */
 	CHECK(!streams || !staged || !getenv("XFER_GPU_STAGE") || !xi_gpu_fatbin_len || fc.stream_waits > 0);
 	if (staged) {
 		CHECK(fc.ipc_opens == 0);
@@ -269,6 +271,7 @@ static int write_target(int idx, int fd, void *arg)
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	CHECK(fc.syncs == 0);
 	CHECK(!streams || !staged || fc.streams >= 2); /* the single write's landing on a side stream */
+	CHECK(!words || !staged || fc.value_writes >= 2); /* both landings */
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
@@ -321,6 +324,7 @@ static int write_source(int n, const int *fds, void *arg)
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
 	CHECK(!streams || !staged || fc.streams >= 2); /* the single write's staging on a side stream */
+	CHECK(!words || fc.value_writes >= 2); /* the single and the paged write's copies */
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
@@ -576,6 +580,8 @@ static int batch_source(int n, const int *fds, void *arg)
 		CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
 	/* The kernel each launch went to: the chosen one, but bulk copies only
 	 * for aligned launches (the 8 odd paged calls share the warp kernel's). */
+	/* -words: one done word per launch or copy-engine copy, not per call. */
+	CHECK(!words || (fc.value_writes - c0.value_writes > 0 && fc.value_writes - c0.value_writes < B_CALLS));
 	uint64_t by[4];
 	for (int k = 0; k < 4; k++)
 		by[k] = fc.by_kernel[k] - c0.by_kernel[k];
@@ -688,6 +694,9 @@ int main(int argc, char **argv)
 		setenv("XFER_GPU_IPC", "0", 1);
 	no_kernel = strstr(mode, "-engine") != NULL;
 	streams = strstr(mode, "-streams") != NULL;
+	words = strstr(mode, "-words") != NULL;
+	if (words)
+		setenv("XFER_GPU_DONE", "word", 1);
 	if (streams)
 		setenv("XFER_GPU_STREAMS", "3", 1);
 	if (strstr(mode, "-kstage"))
