@@ -44,9 +44,13 @@
 #            traced with tile and dyn                                    ~80 s
 #   sab      the staged plan's rows with XFER_GPU_STREAMS=4 (side streams
 #            for staging copies) against the default and
-#            XFER_GPU_STAGE_AHEAD=1, alone and together; the 64 KiB row on
-#            shm traced with both; test_gpu staged/scatter-staged on tcp
-#            with both                                                  ~60 s
+#            XFER_GPU_STAGE_AHEAD=1, alone and together, XFER_GPU_DONE=word
+#            (done words, not event queries) alone and with both; the
+#            64 KiB row on shm traced with all three; test_gpu
+#            staged/scatter-staged on tcp with all three                ~70 s
+#   wab      single writes (IPC) default vs XFER_GPU_DONE=word, REPS
+#            rounds; row 6 (64 KiB) traced both ways; test_gpu ipc and
+#            scatter-ipc with words                                     ~25 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -132,11 +136,25 @@ plan_ab() {
 # Side streams for staging copies (XFER_GPU_STREAMS, gpuk6) against the
 # default and XFER_GPU_STAGE_AHEAD=1, then the 64 KiB row traced with both.
 plan_sab() {
-	STAGE_AB="default: ahead:XFER_GPU_STAGE_AHEAD=1 streams4:XFER_GPU_STREAMS=4 ahead-streams4:XFER_GPU_STAGE_AHEAD=1,XFER_GPU_STREAMS=4" plan_staged
-	step sab-trace-staged64k-shm 10 env XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_BENCH_ONLY=staged \
+	local all="XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_GPU_DONE=word"
+	STAGE_AB="default: ahead:XFER_GPU_STAGE_AHEAD=1 streams4:XFER_GPU_STREAMS=4 ahead-streams4:XFER_GPU_STAGE_AHEAD=1,XFER_GPU_STREAMS=4 word:XFER_GPU_DONE=word all:${all// /,}" plan_staged
+	step sab-trace-staged64k-shm 10 env $all XFER_BENCH_ONLY=staged \
 		XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/sab-trace-staged64k.csv" $B
-	step sab-test-staged-tcp 20 env XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_TEST_PROVIDER=tcp $T staged
-	step sab-test-scatter-staged-tcp 20 env XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_TEST_PROVIDER=tcp $T scatter-staged
+	step sab-test-staged-tcp 20 env $all XFER_TEST_PROVIDER=tcp $T staged
+	step sab-test-scatter-staged-tcp 20 env $all XFER_TEST_PROVIDER=tcp $T scatter-staged
+}
+
+# Done words (XFER_GPU_DONE=word) on the IPC single writes: REPS rounds of
+# the default and words, then the IPC tests with words.
+plan_wab() {
+	local r m
+	for r in $(seq "$REPS"); do
+		step wab-single-r$r 20 env XFER_BENCH_ONLY=single $B
+		step wab-single-word-r$r 20 env XFER_GPU_DONE=word XFER_BENCH_ONLY=single $B
+	done
+	step wab-trace-s64k-word 10 env XFER_GPU_DONE=word XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/wab-trace-s64k-word.csv" $B
+	step wab-trace-s64k 10 env XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/wab-trace-s64k.csv" $B
+	for m in ipc scatter-ipc; do step wab-test-$m-word 15 env XFER_GPU_DONE=word XFER_TEST_PROVIDER=shm $T $m; done
 }
 
 plan_trace() {
@@ -196,7 +214,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher ab sab full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher ab sab wab full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done
