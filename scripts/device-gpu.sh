@@ -34,23 +34,6 @@
 #            staging switches (bytes verified, odd page sizes included),
 #            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
-#   ab       paged A/B of the kernel variants (gpuk6): AB_REPS (default 3)
-#            rounds of XFER_BENCH_ONLY=paged, each round every variant of
-#            PAGED_AB once (default: tile, dyn with runs of 64/32/128 items,
-#            tile with XFER_GPU_GRID=4 and 8 CTAs per SM, bulk, bulk with 6,
-#            dyn with device page lists, tile and dyn with XFER_SPIN_US=1000:
-#            how much of a row is the waiters' sleeping), then test_gpu
-#            ipc/scatter-ipc/staged with dyn, and row 3 (16384 x 16 KiB)
-#            traced with tile and dyn                                    ~80 s
-#   sab      the staged plan's rows with XFER_GPU_STREAMS=4 (side streams
-#            for staging copies) against the default and
-#            XFER_GPU_STAGE_AHEAD=1, alone and together, XFER_GPU_DONE=word
-#            (done words, not event queries) alone and with both; the
-#            64 KiB row on shm traced with all three; test_gpu
-#            staged/scatter-staged on tcp with all three                ~70 s
-#   wab      single writes (IPC) default vs XFER_GPU_DONE=word, REPS
-#            rounds; row 6 (64 KiB) traced both ways; test_gpu ipc and
-#            scatter-ipc with words                                     ~25 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -68,7 +51,7 @@ T=build/bin/test_gpu
 
 # A paged kernel whose first bench step failed (or hung) is not run again:
 # its other steps would only spend the window's time in timeouts.
-KERNELS="warp tile bulk dyn"
+KERNELS="warp tile bulk"
 # The exit status of the latest step, from its line in steps.log (the step
 # runner of device-gpu-lib.sh returns 0 so that a plan goes on).
 last_rc() { tail -1 "$out/steps.log" | sed -n 's/.*: rc=\([0-9]*\) in .*/\1/p'; }
@@ -103,7 +86,7 @@ plan_single() {
 # Staging A/B: default (one copy-engine copy per op, each op's staging only
 # once the op before it left the FIFO), kernel (XFER_GPU_STAGE=kernel),
 # ahead (XFER_GPU_STAGE_AHEAD=1: staging of queued ops starts early), both.
-STAGE_AB=${STAGE_AB:-"default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"}
+STAGE_AB="default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"
 plan_staged() {
 	local r p v
 	for r in $(seq "${STAGED_REPS:-2}"); do
@@ -114,47 +97,6 @@ plan_staged() {
 			done
 		done
 	done
-}
-
-# NAME:VAR=value,VAR=value ... (an empty list: the defaults).
-PAGED_AB=${PAGED_AB:-"tile: dyn:XFER_GPU_PAGES=dyn dyn32:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=32 dyn128:XFER_GPU_PAGES=dyn,XFER_GPU_DYN_TILE=128 tile-g4:XFER_GPU_GRID=4 tile-g8:XFER_GPU_GRID=8 bulk:XFER_GPU_PAGES=bulk bulk-g6:XFER_GPU_PAGES=bulk,XFER_GPU_GRID=6 dyn-devidx:XFER_GPU_PAGES=dyn,XFER_GPU_INDEX=device tile-spin:XFER_SPIN_US=1000 dyn-spin:XFER_GPU_PAGES=dyn,XFER_SPIN_US=1000"}
-plan_ab() {
-	local r v
-	for r in $(seq "${AB_REPS:-3}"); do
-		for v in $PAGED_AB; do
-			local envs=${v#*:}
-			step ab-${v%%:*}-r$r 10 env ${envs//,/ } XFER_BENCH_ONLY=paged $B
-		done
-	done
-	# The dyn kernel on the tests' odd page sizes and scatter (bytes verified).
-	for v in ipc scatter-ipc staged; do step ab-test-$v-dyn 15 env XFER_GPU_PAGES=dyn XFER_TEST_PROVIDER=shm $T $v; done
-	for v in tile dyn; do
-		step ab-trace-p16k16k-$v 10 env XFER_GPU_PAGES=$v XFER_BENCH_ROW=3 XFER_GPU_TRACE="$out/ab-trace-p16k16k-$v.csv" $B
-	done
-}
-
-# Side streams for staging copies (XFER_GPU_STREAMS, gpuk6) against the
-# default and XFER_GPU_STAGE_AHEAD=1, then the 64 KiB row traced with both.
-plan_sab() {
-	local all="XFER_GPU_STAGE_AHEAD=1 XFER_GPU_STREAMS=4 XFER_GPU_DONE=word"
-	STAGE_AB="default: ahead:XFER_GPU_STAGE_AHEAD=1 streams4:XFER_GPU_STREAMS=4 ahead-streams4:XFER_GPU_STAGE_AHEAD=1,XFER_GPU_STREAMS=4 word:XFER_GPU_DONE=word all:${all// /,}" plan_staged
-	step sab-trace-staged64k-shm 10 env $all XFER_BENCH_ONLY=staged \
-		XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/sab-trace-staged64k.csv" $B
-	step sab-test-staged-tcp 20 env $all XFER_TEST_PROVIDER=tcp $T staged
-	step sab-test-scatter-staged-tcp 20 env $all XFER_TEST_PROVIDER=tcp $T scatter-staged
-}
-
-# Done words (XFER_GPU_DONE=word) on the IPC single writes: REPS rounds of
-# the default and words, then the IPC tests with words.
-plan_wab() {
-	local r m
-	for r in $(seq "$REPS"); do
-		step wab-single-r$r 20 env XFER_BENCH_ONLY=single $B
-		step wab-single-word-r$r 20 env XFER_GPU_DONE=word XFER_BENCH_ONLY=single $B
-	done
-	step wab-trace-s64k-word 10 env XFER_GPU_DONE=word XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/wab-trace-s64k-word.csv" $B
-	step wab-trace-s64k 10 env XFER_BENCH_ROW=6 XFER_GPU_TRACE="$out/wab-trace-s64k.csv" $B
-	for m in ipc scatter-ipc; do step wab-test-$m-word 15 env XFER_GPU_DONE=word XFER_TEST_PROVIDER=shm $T $m; done
 }
 
 plan_trace() {
@@ -214,7 +156,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher ab sab wab full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

@@ -71,8 +71,6 @@ static void load(void)
 	*(void **)&api.cuLaunchKernel = dlsym(lib, "cuLaunchKernel");
 	*(void **)&api.cuMemAlloc = dlsym(lib, "cuMemAlloc_v2");
 	*(void **)&api.cuMemFree = dlsym(lib, "cuMemFree_v2");
-	*(void **)&api.cuStreamWaitEvent = dlsym(lib, "cuStreamWaitEvent");
-	*(void **)&api.cuStreamWriteValue32 = dlsym(lib, "cuStreamWriteValue32_v2");
 	int n = 0;
 	if (api.cuInit(0) != 0 || api.cuDeviceGetCount(&n) != 0 || n == 0) {
 		xinfo("CUDA driver present but no usable GPU");

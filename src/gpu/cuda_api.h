@@ -86,11 +86,6 @@ struct cuda_api {
 				   CUstream, void **, void **);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
-	/* Optional: without it a copy stays on one stream (XFER_GPU_STREAMS off). */
-	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
-	/* Optional: without it copies are seen done by their events alone
-	 * (XFER_GPU_DONE=word off). */
-	CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
 };
 
 /* The loaded API, or NULL (no driver, no device): then -XFER_ENOGPU. */

@@ -29,10 +29,6 @@
 struct gpu_wait {
 	void *ctx;
 	CUevent event; /* NULL while its kernel job waits in the open batch */
-	/* XFER_GPU_DONE=word: the pinned word the stream sets to seq once the
-	 * copy is done (NULL: the event alone says so). */
-	const uint32_t *word;
-	uint32_t seq;
 	int dev;
 	uint32_t idx_bytes; /* of its device's page-list ring, freed when it fires */
 	bool failed;        /* its batch's launch failed: reported as -EIO */
@@ -62,19 +58,11 @@ struct kbatch {
  * forces one way). Used in FIFO order, like the copies ring. */
 #define IDX_RING (4u << 20)
 
-/* Side streams per device at most (XFER_GPU_STREAMS - 1). */
-#define SIDE_MAX 7u
-/* XFER_GPU_DONE=word: a copy whose done word is not set yet has its event
- * queried every this many polls all the same (a failed stream never sets
- * its words; the event reports the error). */
-#define WORD_QUERY_EVERY 16u
-
 struct gpu_kernels {
 	int state; /* 0 not tried, 1 loaded, -1 unavailable on this device */
 	CUmodule mod;
-	CUfunction fn, fn_tile, fn_bulk, fn_dyn; /* all but fn NULL unless XFER_GPU_PAGES chose them */
+	CUfunction fn, fn_tile, fn_bulk; /* the last two NULL where the fatbin lacks them */
 	unsigned sms;
-	CUdeviceptr counter; /* the dyn kernel's uint32_t[2] (kernel_args.h), zeroed at load */
 	uint8_t *host; /* IDX_RING bytes */
 	CUdeviceptr host_dev, dev;
 	uint64_t tail, used;
@@ -85,24 +73,6 @@ struct xi_gpu {
 	int cur_dev; /* device whose context is current on this thread, -1 none */
 	CUstream stream[XI_GPU_DEVS];
 	CUevent events[XI_GPU_DEVS][XI_GPU_RING];
-	/* XFER_GPU_STREAMS=n > 1: n - 1 side streams per device for copies made
-	 * only of host <-> device pieces (staging, landings), taken in turn per
-	 * copy (host_stream), each with an event that joins it to the main
-	 * stream when a copy also has pieces there. */
-	unsigned nside, side_next;
-	CUstream side[XI_GPU_DEVS][SIDE_MAX];
-	CUevent side_join[XI_GPU_DEVS][SIDE_MAX];
-	/* XFER_GPU_DONE=word: after each event, the stream also writes a
-	 * sequence number into a pinned word of the ring slot (cuStreamWriteValue32,
-	 * which fences the stream's earlier writes first), and xi_gpu_poll reads
-	 * the word: measured on an H200 (docs/performance.md), a cuEventQuery that
-	 * finds its copy done costs the worker 1.5-2.7 us, one that does not
-	 * 0.2-0.4 us. */
-	bool words;
-	uint32_t seq, word_misses;
-	uint32_t *done[XI_GPU_DEVS]; /* XI_GPU_RING words each, pinned and mapped, or NULL */
-	CUdeviceptr done_dev[XI_GPU_DEVS];
-	bool done_tried[XI_GPU_DEVS];
 	/* Copies in flight, oldest first, each with its event. */
 	struct gpu_wait ring[XI_GPU_RING];
 	uint32_t head, count;
@@ -119,8 +89,6 @@ struct xi_gpu {
 	struct gpu_kernels k[XI_GPU_DEVS];
 	struct kbatch kb;
 	bool cur_in_batch;   /* the copy being built has a job in kb */
-	bool cur_main;       /* ... has pieces on the main stream */
-	int cur_side;        /* ... its side stream, or -1 */
 	bool cur_failed;     /* ... and kb's launch failed: the copy fails */
 	uint64_t t_begin;    /* XFER_GPU_TRACE: when the copy being built began */
 	bool batch_calls;    /* XFER_GPU_BATCH != 0: calls of a turn share a launch */
@@ -129,25 +97,12 @@ struct xi_gpu {
 	bool trace_tried;
 	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
-	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP, PAGES_BULK or PAGES_DYN */
-	unsigned grid_per_sm; /* XFER_GPU_GRID: CTAs per SM in a launch's grid, 0 for the kernel's residency */
-	uint32_t dyn_tile;    /* XFER_GPU_DYN_TILE: the dyn kernel's items per run */
+	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
 
-enum { PAGES_WARP, PAGES_TILE, PAGES_BULK, PAGES_DYN };
-
-/* A small unsigned setting: its value if set and within [lo, hi], else dflt. */
-static unsigned env_uint(const char *name, unsigned lo, unsigned hi, unsigned dflt)
-{
-	const char *v = getenv(name);
-	if (!v || !*v)
-		return dflt;
-	char *end;
-	unsigned long n = strtoul(v, &end, 10);
-	return !*end && n >= lo && n <= hi ? (unsigned)n : dflt;
-}
+enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
 
 static bool env_is(const char *name, const char *value)
 {
@@ -190,17 +145,7 @@ struct xi_gpu *xi_gpu_create(void)
 	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
 	 * it was the best or within noise of the best on every paged row and
 	 * the steadiest (docs/performance.md). */
-	g->pages_kind = env_is("XFER_GPU_PAGES", "warp")   ? PAGES_WARP
-			: env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK
-			: env_is("XFER_GPU_PAGES", "dyn")  ? PAGES_DYN
-							   : PAGES_TILE;
-	/* A/B settings of the paged kernels (docs/performance.md): a grid of
-	 * more CTAs than fit at once lets the block scheduler balance them. */
-	g->grid_per_sm = env_uint("XFER_GPU_GRID", 1, 16, 0);
-	g->dyn_tile = env_uint("XFER_GPU_DYN_TILE", 1, XI_DYN_TILE_MAX, XI_DYN_TILE);
-	g->nside = c->cuStreamWaitEvent ? env_uint("XFER_GPU_STREAMS", 1, SIDE_MAX + 1, 1) - 1 : 0;
-	g->words = c->cuStreamWriteValue32 && env_is("XFER_GPU_DONE", "word");
-	g->cur_side = -1;
+	g->pages_kind = env_is("XFER_GPU_PAGES", "warp") ? PAGES_WARP : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_TILE;
 	return g;
 }
 
@@ -221,19 +166,6 @@ static CUstream stream_of(struct xi_gpu *g, int dev)
 		return NULL;
 	if (!g->stream[dev] && g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
 		return NULL;
-	if (g->words && !g->done_tried[dev]) {
-		/* Without them this device's copies are seen by their events. */
-		g->done_tried[dev] = true;
-		void *w = NULL;
-		if (g->c->cuMemHostAlloc(&w, XI_GPU_RING * sizeof(uint32_t),
-					 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
-			w = NULL;
-		else if (g->c->cuMemHostGetDevicePointer(&g->done_dev[dev], w, 0))
-			g->c->cuMemFreeHost(w), w = NULL;
-		if (w)
-			memset(w, 0, XI_GPU_RING * sizeof(uint32_t)); /* sequence numbers start at 1 */
-		g->done[dev] = w;
-	}
 	if (!g->trace_tried) {
 		g->trace_tried = true; /* pinned memory needs a current context */
 		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
@@ -254,39 +186,17 @@ void xi_gpu_destroy(struct xi_gpu *g)
 		/* Kernels still running read the page lists: let them finish. */
 		g->c->cuStreamSynchronize(g->stream[dev]);
 		g->c->cuStreamDestroy(g->stream[dev]);
-		for (unsigned i = 0; i < SIDE_MAX; i++) {
-			if (g->side[dev][i]) {
-				g->c->cuStreamSynchronize(g->side[dev][i]);
-				g->c->cuStreamDestroy(g->side[dev][i]);
-			}
-			if (g->side_join[dev][i])
-				g->c->cuEventDestroy(g->side_join[dev][i]);
-		}
-		if (g->done[dev])
-			g->c->cuMemFreeHost(g->done[dev]);
 		struct gpu_kernels *k = &g->k[dev];
 		if (k->host)
 			g->c->cuMemFreeHost(k->host);
 		if (k->dev)
 			g->c->cuMemFree(k->dev);
-		if (k->counter)
-			g->c->cuMemFree(k->counter);
 	}
 	xi_gpu_trace_destroy(g->trace);
 	free(g);
 }
 
 /* ---------------------------------------------------------- copy kernels */
-
-/* The dyn kernel's counter, zero before its first launch (each launch
- * leaves it zero): 0, or nonzero when there is no memory for it. */
-static int dyn_counter(const struct cuda_api *c, struct gpu_kernels *k)
-{
-	static const uint32_t zero[2];
-	if (c->cuMemAlloc(&k->counter, sizeof(zero)))
-		return k->counter = 0, -1;
-	return c->cuMemcpyHtoD(k->counter, zero, sizeof(zero)) ? -1 : 0;
-}
 
 static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 {
@@ -336,22 +246,15 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		/* Loaded now for the same reason as the warp kernel (lazy
 		 * loading, xi_gpu_prepare); one that will not load leaves the
 		 * warp kernel to do its launches. */
-		static const char *const names[] = {
-			[PAGES_TILE] = XI_PAGES_KERNEL_TILE, [PAGES_BULK] = XI_PAGES_KERNEL_BULK, [PAGES_DYN] = XI_PAGES_KERNEL_DYN};
-		CUfunction *const fns[] = {[PAGES_TILE] = &k->fn_tile, [PAGES_BULK] = &k->fn_bulk, [PAGES_DYN] = &k->fn_dyn};
-		const char *name = names[g->pages_kind];
-		CUfunction *fn = fns[g->pages_kind];
-		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn)) ||
-		    (fn == &k->fn_dyn && dyn_counter(c, k))) {
+		const char *name = g->pages_kind == PAGES_TILE ? XI_PAGES_KERNEL_TILE : XI_PAGES_KERNEL_BULK;
+		CUfunction *fn = g->pages_kind == PAGES_TILE ? &k->fn_tile : &k->fn_bulk;
+		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn))) {
 			*fn = NULL;
 			xwarn("XFER_GPU_PAGES: %s would not load: the warp kernel copies", name);
 		}
 	}
 	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s)", dev, sms,
-	      k->fn_tile  ? XI_PAGES_KERNEL_TILE
-	      : k->fn_bulk ? XI_PAGES_KERNEL_BULK
-	      : k->fn_dyn  ? XI_PAGES_KERNEL_DYN
-			   : XI_PAGES_KERNEL);
+	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL);
 	return k;
 }
 
@@ -359,22 +262,6 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 /* n bytes of a page-list ring at *off, the bytes taken (n and any end
  * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
  * hold it, or 1 for a list that would not fit even an empty ring. */
-
-/* XFER_GPU_DONE=word: ring slot `slot`'s word, set to a new sequence number
- * (in *seq) by stream st once the work queued on it so far is done; NULL
- * where there are no words or the driver refused the write (the event
- * recorded just before still says when). */
-static const uint32_t *done_word(struct xi_gpu *g, int dev, uint32_t slot, CUstream st, uint32_t *seq)
-{
-	if (!g->done[dev])
-		return NULL;
-	if (!++g->seq)
-		g->seq = 1; /* 0 is what a word holds before its first write */
-	if (g->c->cuStreamWriteValue32(st, g->done_dev[dev] + slot * sizeof(uint32_t), g->seq, 0))
-		return NULL;
-	*seq = g->seq;
-	return &g->done[dev][slot];
-}
 
 /* Launches the open batch: every job queued since the last launch, one
  * kernel, then one event for all the copies that ended with a job in it (the
@@ -394,10 +281,6 @@ static void launch_batch(struct xi_gpu *g)
 	unsigned threads = XI_PAGES_THREADS, per_sm = XI_PAGES_CTAS_PER_SM;
 	if (k->fn_tile) {
 		fn = k->fn_tile;
-	} else if (k->fn_dyn) {
-		fn = k->fn_dyn;
-		b->a.counter = k->counter;
-		b->a.tile = g->dyn_tile;
 	} else if (k->fn_bulk && b->a.aligned) {
 		fn = k->fn_bulk;
 		threads = XI_BULK_THREADS;
@@ -406,7 +289,7 @@ static void launch_batch(struct xi_gpu *g)
 	uint64_t warps_per_cta = threads / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
 	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
 	 * grid-stride loop. */
-	uint64_t most = (uint64_t)k->sms * (g->grid_per_sm ? g->grid_per_sm : per_sm);
+	uint64_t most = (uint64_t)k->sms * per_sm;
 	if (most > XI_GPU_MAX_CTAS)
 		most = XI_GPU_MAX_CTAS;
 	if (g->spread)
@@ -448,22 +331,15 @@ static void launch_batch(struct xi_gpu *g)
 		tr->rt_launched = xi_gpu_trace_realtime();
 	}
 	CUevent ev = NULL;
-	const uint32_t *word = NULL;
-	uint32_t seq = 0;
 	if (ok && b->waiting) {
-		const uint32_t last = (g->head + g->count - 1) % XI_GPU_RING;
-		ev = g->events[b->dev][last];
+		ev = g->events[b->dev][(g->head + g->count - 1) % XI_GPU_RING];
 		ok = !c->cuEventRecord(ev, st);
-		if (ok)
-			word = done_word(g, b->dev, last, st, &seq);
 	}
 	if (tr)
 		tr->t_recorded = xi_gpu_trace_now();
 	for (uint32_t i = 0; i < b->waiting; i++) {
 		struct gpu_wait *wt = &g->ring[(g->head + g->count - 1 - i) % XI_GPU_RING];
 		wt->event = ok ? ev : NULL;
-		wt->word = word; /* the batch's copies share its event and its word */
-		wt->seq = seq;
 		wt->failed = !ok;
 	}
 	if (!ok) {
@@ -594,8 +470,6 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
 	g->dev = dev;
 	g->nbatch = 0;
 	g->cur_in_batch = false;
-	g->cur_main = false;
-	g->cur_side = -1;
 	g->cur_failed = false;
 	if (g->trace)
 		g->t_begin = xi_gpu_trace_now();
@@ -610,7 +484,6 @@ static int flush_batch(struct xi_gpu *g)
 	g->nbatch = 0;
 	if (!n)
 		return 0;
-	g->cur_main = true;
 	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
 	if (!g->batch_off && !g->c->cuMemcpyBatchAsync(g->batch_dst, g->batch_src, g->batch_len, n, &attr,
 						       &first, 1, g->stream[g->dev]))
@@ -670,31 +543,6 @@ static int mapped_job(struct xi_gpu *g, uint64_t dst, uint64_t src, void *hdst, 
 	return 0;
 }
 
-/* The stream of a host <-> device piece of the copy being built: the main
- * stream, after the open batch's jobs (the stream keeps the calls' order),
- * or, with side streams, the next one in turn for a copy that has nothing
- * on the main stream yet (and then the same one for its other such pieces):
- * measured on an H200, a small staging copy spends most of its ~8 us in
- * fixed latency (docs/performance.md), which copies queued on one stream
- * pay one after the other. */
-static CUstream host_stream(struct xi_gpu *g)
-{
-	if (g->cur_side < 0 && g->nside && !g->cur_main && !g->cur_in_batch) {
-		unsigned i = g->side_next++ % g->nside;
-		CUstream *st = &g->side[g->dev][i];
-		CUevent *join = &g->side_join[g->dev][i];
-		if (!*join && g->c->cuEventCreate(join, CU_EVENT_DISABLE_TIMING))
-			*join = NULL;
-		if (*join && (*st || !g->c->cuStreamCreate(st, CU_STREAM_NON_BLOCKING)))
-			g->cur_side = (int)i;
-	}
-	if (g->cur_side >= 0)
-		return g->side[g->dev][g->cur_side];
-	launch_batch(g);
-	g->cur_main = true;
-	return g->stream[g->dev];
-}
-
 int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len)
 {
 	if (!len)
@@ -703,11 +551,12 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 		int ret = mapped_job(g, dst, 0, NULL, src_host, len);
 		if (ret != 1)
 			return ret;
-		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, host_stream(g)) ? -EIO : 0;
 	}
 	launch_batch(g); /* jobs queued so far go first: the stream keeps order */
-	g->cur_main = true;
-	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
+	CUstream st = g->stream[g->dev];
+	if (src_host)
+		return g->c->cuMemcpyHtoDAsync((CUdeviceptr)dst, src_host, len, st) ? -EIO : 0;
+	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
 }
 
 int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
@@ -717,7 +566,8 @@ int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t 
 	int ret = mapped_job(g, 0, src, dst_host, NULL, len);
 	if (ret != 1)
 		return ret;
-	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, host_stream(g)) ? -EIO : 0;
+	launch_batch(g);
+	return g->c->cuMemcpyDtoHAsync(dst_host, (CUdeviceptr)src, len, g->stream[g->dev]) ? -EIO : 0;
 }
 
 
@@ -760,16 +610,6 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 	int ret = flush_batch(g);
 	if (ret)
 		return ret;
-	CUstream st = g->stream[g->dev];
-	if (g->cur_side >= 0) {
-		CUstream side = g->side[g->dev][g->cur_side];
-		CUevent join = g->side_join[g->dev][g->cur_side];
-		g->cur_side = -1;
-		if (!g->cur_main && !g->cur_in_batch)
-			st = side; /* all its pieces are there: so is its event */
-		else if (g->c->cuEventRecord(join, side) || g->c->cuStreamWaitEvent(st, join, 0))
-			return -EIO; /* the main stream, where its event goes, waits for the side's pieces */
-	}
 	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
 	if (g->cur_in_batch) {
 		/* Its event comes with the batch's launch. */
@@ -794,14 +634,11 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 	}
 	CUevent ev = g->events[g->dev][slot];
 	/* Whatever the caller sends after the copy must wait for this event. */
-	if (g->c->cuEventRecord(ev, st))
+	if (g->c->cuEventRecord(ev, g->stream[g->dev]))
 		return -EIO;
-	uint32_t seq = 0;
-	const uint32_t *word = done_word(g, g->dev, slot, st, &seq);
 	if (g->trace)
 		xi_gpu_trace_rec(g->trace, tr)->t_recorded = xi_gpu_trace_now();
-	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .word = word, .seq = seq, .dev = g->dev,
-					  .idx_bytes = g->pend_idx, .trace = tr};
+	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .event = ev, .dev = g->dev, .idx_bytes = g->pend_idx, .trace = tr};
 	g->pend_idx = 0;
 	g->count++;
 	return 0;
@@ -829,17 +666,11 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 		} else if (!wt->event) {
 			break; /* its batch is not launched yet */
 		} else if (wt->event != done) {
-			if (wt->word && __atomic_load_n(wt->word, __ATOMIC_ACQUIRE) == wt->seq) {
-				done = wt->event; /* its copies' bytes are visible: the stream fenced them first */
-			} else if (wt->word && ++g->word_misses % WORD_QUERY_EVERY) {
+			CUresult r = query(g, wt->event);
+			if (r == CUDA_ERROR_NOT_READY)
 				break;
-			} else {
-				CUresult r = query(g, wt->event);
-				if (r == CUDA_ERROR_NOT_READY)
-					break;
-				status = r ? -EIO : 0;
-				done = r ? NULL : wt->event;
-			}
+			status = r ? -EIO : 0;
+			done = r ? NULL : wt->event;
 		}
 		if (g->trace)
 			xi_gpu_trace_done(g->trace, wt->trace);
@@ -872,7 +703,6 @@ void xi_gpu_forget(struct xi_gpu *g)
 	g->kb.bytes = 0;
 	g->kb.dev = -1;
 	g->cur_in_batch = false;
-	g->cur_side = -1;
 	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
 		g->k[dev].used = 0;
 }

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-/* Four kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk|dyn picks, tile
+/* Three kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk picks, tile
  * by default; pages_kernel.cu):
  * warp: each warp resolves 32 items' addresses at once, lanes far apart;
  * tile: a CTA resolves a run of consecutive items into shared memory first
@@ -23,9 +23,6 @@
 #define XI_PAGES_KERNEL "xi_pages_copy"
 #define XI_PAGES_KERNEL_TILE "xi_pages_tile"
 #define XI_PAGES_KERNEL_BULK "xi_pages_bulk"
-/* dyn: tile's geometry and copies, runs of a.tile items taken from a
- * device counter as CTAs finish (work stealing, no static share). */
-#define XI_PAGES_KERNEL_DYN "xi_pages_dyn"
 /* Bytes one warp moves per item: 32 lanes x 8 vectors of 16 bytes, all
  * loads issued before the first store so that each warp keeps 4 KiB of
  * reads in flight. */
@@ -37,10 +34,6 @@
 #define XI_PAGES_CTAS_PER_SM 2u
 /* tile: the same geometry; a CTA resolves at most XI_TILE_ITEMS at once. */
 #define XI_TILE_ITEMS 512u
-/* dyn: a run is at most this many items (and at most the CTA's threads:
- * one resolves each); the launcher's default XI_DYN_TILE. */
-#define XI_DYN_TILE_MAX 256u
-#define XI_DYN_TILE 64u
 /* bulk: 2 warps per CTA, each keeping XI_BULK_STAGES items of 4 KiB in
  * shared memory (32 KiB a CTA, static: under the 48 KiB that needs no
  * opt-in), 5 CTAs per SM. */
@@ -79,10 +72,6 @@ struct xi_pages_args {
 	/* XFER_GPU_TRACE only, else 0: uint64_t[2 * gridDim.x] the kernel fills
 	 * with each CTA's %globaltimer at its start and its end. */
 	uint64_t trace;
-	/* dyn only: device uint32_t[2], zero at launch (and left zero by the
-	 * kernel); items per run, 1..XI_DYN_TILE_MAX. */
-	uint64_t counter;
-	uint32_t tile;
 };
 
 #endif

@@ -35,15 +35,9 @@ static __device__ __forceinline__ void load_jobs(struct xi_pages_job *job, const
 		to[i] = from[i];
 }
 
-/* An item half resolved: its job, its offset in its page, and the page
- * numbers, whose loads (maybe a bus round trip away) may still be in flight
- * until resolve_end uses them. */
-struct item_ref {
-	uint32_t job, off, sp, dp;
-};
-
-static __device__ __forceinline__ struct item_ref resolve_start(const struct xi_pages_job *job, uint32_t njobs,
-								uint32_t mine)
+/* Item `mine`'s source, destination and length. */
+static __device__ __forceinline__ void resolve(const struct xi_pages_job *job, uint32_t njobs, uint32_t mine,
+					       uint64_t *s_addr, uint64_t *d_addr, uint32_t *len)
 {
 	uint32_t lo = 0, hi = njobs - 1; /* the last job whose item0 <= mine */
 	while (lo < hi) {
@@ -55,57 +49,12 @@ static __device__ __forceinline__ struct item_ref resolve_start(const struct xi_
 	}
 	const struct xi_pages_job *j = &job[lo];
 	const uint32_t rel = mine - j->item0, page = rel / j->per_page;
-	struct item_ref r;
-	r.job = lo;
-	r.off = (rel - page * j->per_page) * XI_PAGES_CHUNK;
-	r.sp = j->src_pages ? __ldg((const uint32_t *)j->src_pages + page) : page;
-	r.dp = j->dst_pages ? __ldg((const uint32_t *)j->dst_pages + page) : page;
-	return r;
-}
-
-static __device__ __forceinline__ void resolve_end(const struct xi_pages_job *job, struct item_ref r,
-						   uint64_t *s_addr, uint64_t *d_addr, uint32_t *len)
-{
-	const struct xi_pages_job *j = &job[r.job];
-	*s_addr = j->src_base + (uint64_t)r.sp * j->src_stride + r.off;
-	*d_addr = j->dst_base + (uint64_t)r.dp * j->dst_stride + r.off;
-	*len = j->page_len - r.off < XI_PAGES_CHUNK ? j->page_len - r.off : XI_PAGES_CHUNK;
-}
-
-/* Item `mine`'s source, destination and length. */
-static __device__ __forceinline__ void resolve(const struct xi_pages_job *job, uint32_t njobs, uint32_t mine,
-					       uint64_t *s_addr, uint64_t *d_addr, uint32_t *len)
-{
-	resolve_end(job, resolve_start(job, njobs, mine), s_addr, d_addr, len);
-}
-
-/* One item (at most XI_PAGES_CHUNK bytes) by the 32 lanes of a warp: all
- * its loads issued before its stores (4 KiB in flight per warp), or a byte
- * loop where the launch is not aligned. */
-static __device__ __forceinline__ void copy_item(const uint8_t *s, uint8_t *d, uint32_t n, uint32_t lane,
-						 uint32_t aligned)
-{
-	if (aligned) {
-		const uint4 *s4 = (const uint4 *)s;
-		uint4 *d4 = (uint4 *)d;
-		const uint32_t nv = n / 16u;
-		uint4 v[VEC_PER_LANE];
-#pragma unroll
-		for (uint32_t q = 0; q < VEC_PER_LANE; q++) {
-			const uint32_t i = q * 32u + lane;
-			if (i < nv)
-				v[q] = __ldcs(s4 + i);
-		}
-#pragma unroll
-		for (uint32_t q = 0; q < VEC_PER_LANE; q++) {
-			const uint32_t i = q * 32u + lane;
-			if (i < nv)
-				__stcs(d4 + i, v[q]);
-		}
-	} else {
-		for (uint32_t i = lane; i < n; i += 32u)
-			d[i] = s[i];
-	}
+	const uint32_t off = (rel - page * j->per_page) * XI_PAGES_CHUNK;
+	const uint32_t sp = j->src_pages ? __ldg((const uint32_t *)j->src_pages + page) : page;
+	const uint32_t dp = j->dst_pages ? __ldg((const uint32_t *)j->dst_pages + page) : page;
+	*s_addr = j->src_base + (uint64_t)sp * j->src_stride + off;
+	*d_addr = j->dst_base + (uint64_t)dp * j->dst_stride + off;
+	*len = j->page_len - off < XI_PAGES_CHUNK ? j->page_len - off : XI_PAGES_CHUNK;
 }
 
 extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER_SM)
@@ -132,7 +81,27 @@ extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER
 			const uint8_t *s = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)s_addr, k);
 			uint8_t *d = (uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)d_addr, k);
 			const uint32_t n = __shfl_sync(0xffffffffu, len, k);
-			copy_item(s, d, n, lane, a.aligned);
+			if (a.aligned) {
+				const uint4 *s4 = (const uint4 *)s;
+				uint4 *d4 = (uint4 *)d;
+				const uint32_t nv = n / 16u;
+				uint4 v[VEC_PER_LANE];
+#pragma unroll
+				for (uint32_t q = 0; q < VEC_PER_LANE; q++) {
+					const uint32_t i = q * 32u + lane;
+					if (i < nv)
+						v[q] = __ldcs(s4 + i);
+				}
+#pragma unroll
+				for (uint32_t q = 0; q < VEC_PER_LANE; q++) {
+					const uint32_t i = q * 32u + lane;
+					if (i < nv)
+						__stcs(d4 + i, v[q]);
+				}
+			} else {
+				for (uint32_t i = lane; i < n; i += 32u)
+					d[i] = s[i];
+			}
 		}
 	}
 	if (a.trace) {
@@ -191,68 +160,31 @@ extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER
 			resolve(job, a.njobs, t0 + i, &ts[i], &td[i], &tl[i]);
 		__syncthreads();
 		for (uint32_t i = warp; i < n; i += nw) {
-			copy_item((const uint8_t *)ts[i], (uint8_t *)td[i], tl[i], lane, a.aligned);
+			const uint8_t *s = (const uint8_t *)ts[i];
+			uint8_t *d = (uint8_t *)td[i];
+			const uint32_t len = tl[i];
+			if (a.aligned) {
+				const uint4 *s4 = (const uint4 *)s;
+				uint4 *d4 = (uint4 *)d;
+				const uint32_t nv = len / 16u;
+				uint4 v[VEC_PER_LANE];
+#pragma unroll
+				for (uint32_t q = 0; q < VEC_PER_LANE; q++) {
+					const uint32_t k = q * 32u + lane;
+					if (k < nv)
+						v[q] = __ldcs(s4 + k);
+				}
+#pragma unroll
+				for (uint32_t q = 0; q < VEC_PER_LANE; q++) {
+					const uint32_t k = q * 32u + lane;
+					if (k < nv)
+						__stcs(d4 + k, v[q]);
+				}
+			} else {
+				for (uint32_t k = lane; k < len; k += 32u)
+					d[k] = s[k];
+			}
 		}
-	}
-	trace_end(a);
-}
-
-/* The dynamic kernel: the tile kernel's copies, but a CTA takes its runs
- * (a.tile consecutive items each) from a counter in device memory as it
- * finishes the one before, so that CTAs getting less of the memory's
- * bandwidth take fewer runs and the launch ends with the memory's work, not
- * with its slowest CTA's static share. The next run's page numbers and
- * counter value are fetched while the current run is copied (their loads
- * are in flight across the copy loop; only the first run waits for them).
- * a.counter: uint32_t[2] (next item, CTAs done), zero at launch; the last
- * CTA out zeroes it for the next launch on the stream, after every grab. */
-extern "C" __global__ void __launch_bounds__(XI_PAGES_THREADS, XI_PAGES_CTAS_PER_SM)
-	xi_pages_dyn(const __grid_constant__ struct xi_pages_args a)
-{
-	__shared__ struct xi_pages_job job[XI_PAGES_JOBS];
-	__shared__ uint64_t ts[2][XI_DYN_TILE_MAX], td[2][XI_DYN_TILE_MAX];
-	__shared__ uint32_t tl[2][XI_DYN_TILE_MAX];
-	/* Run r's first item is t0s[r % 3]: run r + 1's is read during run r
-	 * while run r + 2's is written, and the slot written was last read
-	 * before the barrier that ended run r - 1. */
-	__shared__ uint32_t t0s[3];
-	trace_start(a);
-	load_jobs(job, a);
-	uint32_t *ctr = (uint32_t *)a.counter;
-	const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, tile = a.tile;
-	if (threadIdx.x == 0) {
-		t0s[0] = atomicAdd(ctr, tile);
-		t0s[1] = atomicAdd(ctr, tile);
-	}
-	__syncthreads();
-	if (threadIdx.x < tile && t0s[0] + threadIdx.x < a.items)
-		resolve(job, a.njobs, t0s[0] + threadIdx.x, &ts[0][threadIdx.x], &td[0][threadIdx.x], &tl[0][threadIdx.x]);
-	__syncthreads();
-	/* 32-bit counter: it passes a.items (< 2^31) by at most 2 runs a CTA. */
-	for (uint32_t r = 0, b = 0;; r++, b ^= 1u) {
-		const uint32_t cur = t0s[r % 3], nxt = t0s[(r + 1) % 3];
-		if (cur >= a.items)
-			break; /* the same value for every thread: read after the barrier */
-		uint32_t grab = a.items;
-		if (threadIdx.x == 0 && nxt < a.items)
-			grab = atomicAdd(ctr, tile);
-		const bool resolving = threadIdx.x < tile && nxt < a.items && nxt + threadIdx.x < a.items;
-		struct item_ref ref = {0, 0, 0, 0};
-		if (resolving)
-			ref = resolve_start(job, a.njobs, nxt + threadIdx.x);
-		const uint32_t n = a.items - cur < tile ? a.items - cur : tile;
-		for (uint32_t i = warp; i < n; i += nw)
-			copy_item((const uint8_t *)ts[b][i], (uint8_t *)td[b][i], tl[b][i], lane, a.aligned);
-		if (resolving)
-			resolve_end(job, ref, &ts[b ^ 1u][threadIdx.x], &td[b ^ 1u][threadIdx.x], &tl[b ^ 1u][threadIdx.x]);
-		if (threadIdx.x == 0)
-			t0s[(r + 2) % 3] = grab;
-		__syncthreads();
-	}
-	if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == gridDim.x - 1) {
-		/* Every CTA is past its last grab. */
-		atomicExch(ctr, 0u);
-		atomicExch(ctr + 1, 0u);
 	}
 	trace_end(a);
 }

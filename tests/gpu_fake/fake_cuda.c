@@ -31,13 +31,6 @@ struct copy {
 	size_t len;
 	int kernel;
 	struct xi_pages_args args;
-	/* A cuStreamWaitEvent: when its turn comes, wait_st's copies up to
-	 * wait_upto run first (wait_st NULL: an ordinary entry). */
-	struct stream *wait_st;
-	size_t wait_upto;
-	/* A cuStreamWriteValue32 (value_at NULL: not one). */
-	uint32_t *value_at;
-	uint32_t value;
 };
 
 /* What the GPU kernel does, byte for byte: every job of the launch. */
@@ -54,15 +47,9 @@ static void run_pages(const struct xi_pages_args *a)
 	}
 }
 
-static void run_upto(struct stream *st, size_t upto);
-
 static void run_copy(const struct copy *c)
 {
-	if (c->wait_st)
-		run_upto(c->wait_st, c->wait_upto);
-	else if (c->value_at)
-		__atomic_store_n(c->value_at, c->value, __ATOMIC_RELEASE);
-	else if (c->kernel)
+	if (c->kernel)
 		run_pages(&c->args);
 	else
 		memcpy(c->dst, c->src, c->len);
@@ -78,12 +65,6 @@ struct event {
 	size_t upto;
 	int queries;
 };
-
-static void run_upto(struct stream *st, size_t upto)
-{
-	for (; st && st->done < upto; st->done++)
-		run_copy(&st->q[st->done]);
-}
 
 struct handle {
 	uint32_t magic;
@@ -389,9 +370,6 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 {
 	(void)flags;
 	*s = calloc(1, sizeof(struct stream));
-	pthread_mutex_lock(&lock);
-	counts.streams++;
-	pthread_mutex_unlock(&lock);
 	return *s ? 0 : 2;
 }
 
@@ -422,12 +400,11 @@ static CUresult f_module_load(CUmodule *m, const void *image)
 static CUresult f_module_fn(CUfunction *f, CUmodule m, const char *name)
 {
 	(void)m;
-	/* The four kernels of one argument, told apart at launch by their
-	 * handle: 1 warp, 2 tile, 3 bulk, 4 dyn. */
+	/* The three kernels of one argument, told apart at launch by their
+	 * handle: 1 warp, 2 tile, 3 bulk. */
 	uintptr_t which = !strcmp(name, XI_PAGES_KERNEL)        ? 1
 			  : !strcmp(name, XI_PAGES_KERNEL_TILE) ? 2
 			  : !strcmp(name, XI_PAGES_KERNEL_BULK) ? 3
-			  : !strcmp(name, XI_PAGES_KERNEL_DYN)  ? 4
 								: 0;
 	*f = (CUfunction)which;
 	return which ? 0 : ERR;
@@ -439,17 +416,11 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	(void)shmem;
 	uintptr_t which = (uintptr_t)f;
 	unsigned threads = which == 3 ? XI_BULK_THREADS : XI_PAGES_THREADS;
-	if (!which || which > 4 || !gx || gy != 1 || gz != 1 || bx != threads || by != 1 || bz != 1 || !params || extra)
+	if (!which || which > 3 || !gx || gy != 1 || gz != 1 || bx != threads || by != 1 || bz != 1 || !params || extra)
 		return ERR;
 	const struct xi_pages_args *a = params[0];
 	if (which == 3 && !a->aligned)
 		return ERR; /* bulk copies need 16-byte addresses and lengths */
-	/* dyn: its run length within what its shared arrays and threads hold,
-	 * and its work counter in device memory, zero (the kernel leaves it
-	 * so; the launcher zeroes it once). */
-	if (which == 4 && (!a->tile || a->tile > XI_DYN_TILE_MAX || !a->counter ||
-			   ((const uint32_t *)(uintptr_t)a->counter)[0] || ((const uint32_t *)(uintptr_t)a->counter)[1]))
-		return ERR;
 	uint32_t items = 0;
 	for (uint32_t k = 0; k < a->njobs; k++) {
 		/* The launcher's bookkeeping, as the kernel relies on it. */
@@ -578,43 +549,10 @@ static CUresult f_event_query(CUevent e)
 	pthread_mutex_unlock(&lock);
 	if (held || ++ev->queries < 3)
 		return CUDA_ERROR_NOT_READY;
-	run_upto(ev->st, ev->upto);
+	struct stream *st = ev->st;
+	for (; st && st->done < ev->upto; st->done++)
+		run_copy(&st->q[st->done]);
 	return 0;
-}
-
-/* Queued like a copy: the word is written when the copies before it have
- * run (when an event recorded after it is queried the third time). */
-static CUresult f_write_value(CUstream s, CUdeviceptr addr, uint32_t value, unsigned flags)
-{
-	if (flags || !addr || addr % 4)
-		return ERR;
-	CUresult r = enqueue(s, NULL, NULL, 0);
-	if (!r) {
-		struct stream *st = (struct stream *)s;
-		st->q[st->n - 1].value_at = (uint32_t *)(uintptr_t)addr;
-		st->q[st->n - 1].value = value;
-		pthread_mutex_lock(&lock);
-		counts.value_writes++;
-		pthread_mutex_unlock(&lock);
-	}
-	return r;
-}
-
-static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
-{
-	const struct event *ev = (const struct event *)e;
-	if (flags || !ev->st)
-		return ERR;
-	CUresult r = enqueue(s, NULL, NULL, 0);
-	if (!r) {
-		struct stream *st = (struct stream *)s;
-		st->q[st->n - 1].wait_st = ev->st;
-		st->q[st->n - 1].wait_upto = ev->upto;
-		pthread_mutex_lock(&lock);
-		counts.stream_waits++;
-		pthread_mutex_unlock(&lock);
-	}
-	return r;
 }
 
 static CUresult f_device_attr(int *v, int attr, CUdevice d)
@@ -686,8 +624,6 @@ static const struct cuda_api fake_api = {
 	.cuLaunchKernel = f_launch,
 	.cuMemAlloc = f_mem_alloc,
 	.cuMemFree = f_mem_free,
-	.cuStreamWaitEvent = f_stream_wait_event,
-	.cuStreamWriteValue32 = f_write_value,
 };
 
 void fake_cuda_install(void)

@@ -20,12 +20,9 @@ struct fake_cuda_counts {
 	uint64_t dmabuf_exports;
 	uint64_t last_dmabuf_ptr, last_dmabuf_size;
 	uint64_t launches; /* copy-kernel launches */
-	uint64_t by_kernel[4]; /* ... of the warp, tile, bulk and dyn kernels (XFER_GPU_PAGES) */
+	uint64_t by_kernel[3]; /* ... of the warp, tile and bulk kernels (XFER_GPU_PAGES) */
 	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
-	uint64_t streams;      /* streams created (main and XFER_GPU_STREAMS side streams) */
-	uint64_t stream_waits; /* cuStreamWaitEvent: a copy's side-stream pieces joined to the main stream */
-	uint64_t value_writes; /* cuStreamWriteValue32: XFER_GPU_DONE=word's done words */
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */

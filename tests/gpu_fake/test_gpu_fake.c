@@ -26,20 +26,14 @@
  *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
  *       of the calls queued behind the first start while it waits and share
  *       launches (fewer launches than aligned calls), every byte lands once
- *   write-batch-warp | write-batch-bulk | write-batch-dyn  write-batch with
- *       XFER_GPU_PAGES=warp (every launch by the warp kernel; by default the
- *       tile kernel's), =bulk (aligned launches by the bulk kernel, the
- *       unaligned one by the warp kernel) or =dyn (every launch by the dyn
- *       kernel, given a zeroed work counter and a run length in range)
+ *   write-batch-warp | write-batch-bulk  write-batch with XFER_GPU_PAGES=warp
+ *       (every launch by the warp kernel; by default the tile kernel's) or
+ *       =bulk (aligned launches by the bulk kernel, the unaligned one by the
+ *       warp kernel)
  *   scatter-cut  a scatter whose same-host GPU copies outlive its deadline:
  *       it completes with -ETIMEDOUT, and once the copies finish no
  *       immediate is counted for them (host entries still count theirs)
- * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors); "-streams"
- * XFER_GPU_STREAMS=3 (host <-> device copies on two side streams in turn:
- * scatter-streams-kstage-staged, with XFER_GPU_STAGE=kernel, has copies of
- * kernel jobs and side-stream pieces, joined by a stream wait); "-kstage"
- * XFER_GPU_STAGE=kernel; "-words" XFER_GPU_DONE=word (copies seen done by
- * a word their stream writes, the event queried only now and then). */
+ * "-staged" sets XFER_GPU_IPC=0 (through the peers' host mirrors). */
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,7 +47,7 @@
 #define DLEN (1u << 20)
 #define IMM_BASE 0x6a0
 
-static bool staged, no_kernel, streams, words;
+static bool staged, no_kernel;
 
 /* -------------------------------------------------------------- scatter */
 
@@ -174,11 +168,8 @@ static int scatter_root(int n, const int *fds, void *arg)
 	struct xfer_scatter_entry en[NENT];
 	int32_t status[NENT];
 	for (int k = 0; k < NENT; k++) {
-		/* -kstage: entry 0 (the one 16-byte aligned source, a kernel job
-		 * there) last, after odd ones that take a side stream first. */
-		int ek = getenv("XFER_GPU_STAGE") ? (k + 1) % NENT : k;
-		en[k] = entry(ek);
-		en[k].dst = to_gpu(ek) ? grmr[en[k].member] : hrmr[en[k].member];
+		en[k] = entry(k);
+		en[k].dst = to_gpu(k) ? grmr[en[k].member] : hrmr[en[k].member];
 	}
 	for (int round = 0; round < 2; round++) {
 		for (int i = 0; i < n; i++)
@@ -205,12 +196,6 @@ static int scatter_root(int n, const int *fds, void *arg)
 	for (int i = 0; i < n; i++)
 		CHECK(t_recv_u64(fds[i]) == 3);
 	struct fake_cuda_counts fc = fake_cuda_counts();
-	/* -streams: the staging copies went to side streams; with kernel
-	 * staging the aligned entries were kernel jobs on the main stream and
-	 * the others side-stream copies of the same tracked copy, joined. */
-	CHECK(!streams || fc.streams >= 2);
-	CHECK(!words || fc.value_writes > 0); /* -words: copies seen done by their done words */
-	CHECK(!streams || !staged || !getenv("XFER_GPU_STAGE") || !xi_gpu_fatbin_len || fc.stream_waits > 0);
 	if (staged) {
 		CHECK(fc.ipc_opens == 0);
 		CHECK(fc.dtoh > 0); /* the GPU source was staged through its mirror */
@@ -270,8 +255,6 @@ static int write_target(int idx, int fd, void *arg)
 	 * kernel from the mirror, the single write's one range by a copy. */
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	CHECK(fc.syncs == 0);
-	CHECK(!streams || !staged || fc.streams >= 2); /* the single write's landing on a side stream */
-	CHECK(!words || !staged || fc.value_writes >= 2); /* both landings */
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
 	t_send_u64(fd, 2);
@@ -323,8 +306,6 @@ static int write_source(int n, const int *fds, void *arg)
 	/* The source's staging copies are events the worker polls: it never
 	 * waited for a stream. */
 	CHECK(fc.syncs == 0);
-	CHECK(!streams || !staged || fc.streams >= 2); /* the single write's staging on a side stream */
-	CHECK(!words || fc.value_writes >= 2); /* the single and the paged write's copies */
 	xfer_rmr_free(dst);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
@@ -441,7 +422,7 @@ static int ring_source(int n, const int *fds, void *arg)
 #define IMM_BATCH 0x6e0
 
 static bool batch_off;
-static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk, 3 dyn (XFER_GPU_PAGES) */
+static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk (XFER_GPU_PAGES) */
 
 struct bcall {
 	int kind; /* 0 aligned single, 1 aligned paged, 2 unaligned single, 3 unaligned paged */
@@ -580,10 +561,8 @@ static int batch_source(int n, const int *fds, void *arg)
 		CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
 	/* The kernel each launch went to: the chosen one, but bulk copies only
 	 * for aligned launches (the 8 odd paged calls share the warp kernel's). */
-	/* -words: one done word per launch or copy-engine copy, not per call. */
-	CHECK(!words || (fc.value_writes - c0.value_writes > 0 && fc.value_writes - c0.value_writes < B_CALLS));
-	uint64_t by[4];
-	for (int k = 0; k < 4; k++)
+	uint64_t by[3];
+	for (int k = 0; k < 3; k++)
 		by[k] = fc.by_kernel[k] - c0.by_kernel[k];
 	if (batch_kernel == 2 && !staged)
 		CHECK(by[0] == (batch_off ? 8u : 1u) && by[1] == 0 && by[2] == launches - by[0]);
@@ -594,12 +573,11 @@ static int batch_source(int n, const int *fds, void *arg)
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
-	static const char *const kname[] = {" (warp)", "", " (bulk)", " (dyn)"};
 	printf("write-batch%s%s: %d calls verified, %llu kernel jobs in %llu launches (warp %llu, tile %llu, bulk "
-	       "%llu, dyn %llu), %llu copy-engine copies (%llu DtoH)\n",
-	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", kname[batch_kernel],
+	       "%llu), %llu copy-engine copies (%llu DtoH)\n",
+	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", batch_kernel == 0 ? " (warp)" : batch_kernel == 2 ? " (bulk)" : "",
 	       B_CALLS, (unsigned long long)jobs, (unsigned long long)launches, (unsigned long long)by[0],
-	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)by[3], (unsigned long long)(dtod + dtoh),
+	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)(dtod + dtoh),
 	       (unsigned long long)dtoh);
 	return 0;
 }
@@ -693,14 +671,6 @@ int main(int argc, char **argv)
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
 	no_kernel = strstr(mode, "-engine") != NULL;
-	streams = strstr(mode, "-streams") != NULL;
-	words = strstr(mode, "-words") != NULL;
-	if (words)
-		setenv("XFER_GPU_DONE", "word", 1);
-	if (streams)
-		setenv("XFER_GPU_STREAMS", "3", 1);
-	if (strstr(mode, "-kstage"))
-		setenv("XFER_GPU_STAGE", "kernel", 1);
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
@@ -723,13 +693,9 @@ int main(int argc, char **argv)
 			setenv("XFER_GPU_STAGE", "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
 		}
-		static const char *const kinds[] = {"warp", "tile", "bulk", "dyn"};
-		batch_kernel = 1;
-		for (int k = 0; k < 4; k++)
-			if (mode[11] == '-' && !strcmp(mode + 12, kinds[k]))
-				batch_kernel = k;
+		batch_kernel = !strcmp(mode, "write-batch-warp") ? 0 : !strcmp(mode, "write-batch-bulk") ? 2 : 1;
 		if (batch_kernel != 1)
-			setenv("XFER_GPU_PAGES", kinds[batch_kernel], 1);
+			setenv("XFER_GPU_PAGES", batch_kernel == 0 ? "warp" : "bulk", 1);
 		return t_run_procs(1, batch_target, batch_source, NULL);
 	}
 	if (!strncmp(mode, "write", 5))
