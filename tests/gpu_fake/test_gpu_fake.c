@@ -13,6 +13,9 @@
  *       event is queried) where the library embeds the kernels, else copies
  *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
  *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
+ *   write-big | write-big-staged  write-ipc / write-staged with 16 KiB pages:
+ *       their launches (the paged write's, the staging gather, the landing's
+ *       scatter) go to the bulk kernel by default, 4 KiB ones to tile's
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
@@ -222,7 +225,17 @@ static int scatter_root(int n, const int *fds, void *arg)
 
 #define WLEN (1u << 20)
 #define PAGES 64u
-#define PAGE 4096u
+/* The paged write's page length: 4 KiB, or 16 KiB in the "-big" modes
+ * (PAGES of them still fit WLEN), whose launches go to the bulk kernel by
+ * default where the 4 KiB ones go to the tile kernel. */
+static uint32_t wpage = 4096u;
+
+/* Which kernel the launches of this process went to by default: all tile
+ * (4 KiB pages) or all bulk (16 KiB pages). */
+static bool default_kernels_ok(const struct fake_cuda_counts *fc)
+{
+	return fc->by_kernel[wpage >= (16u << 10) ? 2 : 1] == fc->launches;
+}
 
 static int write_target(int idx, int fd, void *arg)
 {
@@ -249,7 +262,7 @@ static int write_target(int idx, int fd, void *arg)
 	t_send_u64(fd, 1);
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	for (uint32_t i = 0; i < PAGES; i++)
-		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * PAGE, want + (size_t)i * PAGE, PAGE) == 0);
+		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * wpage, want + (size_t)i * wpage, wpage) == 0);
 	/* Staged notices land by copies the worker polls: it never waited for
 	 * a stream here either. The paged write's 64 ranges land by one scatter
 	 * kernel from the mirror, the single write's one range by a copy. */
@@ -257,6 +270,7 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK(fc.syncs == 0);
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
+	CHECK(default_kernels_ok(&fc)); /* the landing's scatter, staged */
 	t_send_u64(fd, 2);
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
@@ -285,8 +299,8 @@ static int write_source(int n, const int *fds, void *arg)
 		sp[i] = i;
 		dp[i] = (i * 7) % PAGES;
 	}
-	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = PAGE, .src_pages = sp,
-				      .src_stride = PAGE, .dst_pages = dp, .dst_stride = PAGE,
+	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = wpage, .src_pages = sp,
+				      .src_stride = wpage, .dst_pages = dp, .dst_stride = wpage,
 				      .npages = PAGES, .imm = 2, .flags = XFER_F_IMM};
 	CHECK(t_recv_u64(fd) == 1);
 	CHECK_OK(xfer_write_paged(e, &pw, NULL));
@@ -299,6 +313,7 @@ static int write_source(int n, const int *fds, void *arg)
 	 * the pages one kernel launch, or one copy each without kernels. */
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(fc.launches == (kernels ? 1u : 0u) && fc.jobs == fc.launches);
+	CHECK(default_kernels_ok(&fc));
 	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
 	/* Staged, the pages are gathered into the mirror by that one kernel,
 	 * the single write by one copy to the mirror. */
@@ -310,9 +325,10 @@ static int write_source(int n, const int *fds, void *arg)
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
-	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
+	printf("write (%s): single and %u pages of %u B verified, %llu kernel launch(es) (tile %llu, bulk %llu)\n",
 	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
-	       (unsigned long long)fc.launches);
+	       wpage, (unsigned long long)fc.launches, (unsigned long long)fc.by_kernel[1],
+	       (unsigned long long)fc.by_kernel[2]);
 	return 0;
 }
 
@@ -671,6 +687,8 @@ int main(int argc, char **argv)
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
 	no_kernel = strstr(mode, "-engine") != NULL;
+	if (strstr(mode, "-big"))
+		wpage = 16u << 10;
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
