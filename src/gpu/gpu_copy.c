@@ -56,10 +56,11 @@ struct kbatch {
 };
 
 /* Measured on an H200 (docs/performance.md, runs gpu5-1, gpu5-2, main
- * 1ed6561, gpuk6-1): the bulk kernel beats the tile kernel at 1,024 x
- * 16 KiB pages in every session (0.86-1.17x a contiguous copy against
- * 0.73-0.93x), is within the runs' spread of it at 64 KiB pages and at
- * 16,384 x 16 KiB, and is worse or less steady at 4 KiB. */
+ * 1ed6561, gpuk6-1): at 1,024 x 16 KiB pages the bulk kernel ran at
+ * 0.86-1.17x a contiguous copy against the tile kernel's 0.73-0.93x (in
+ * gpuk6-1 with 6 CTAs per SM; 0.79-1.09 with 5); it is within the runs'
+ * spread of tile at 64 KiB pages and at 16,384 x 16 KiB, and worse or less
+ * steady at 4 KiB. */
 #define XI_BULK_MIN_PAGE (16u << 10)
 
 /* Page lists of kernels in flight: pinned host memory written here, which
