@@ -42,11 +42,6 @@
 #            default vs tile, STAGED_REPS times (their gathers and landings
 #            are paged launches too); test_gpu ipc/scatter-ipc/staged/
 #            scatter-staged with the default on shm and tcp            ~70 s
-#   land     staged rows on tcp and shm, STAGED_REPS rounds of
-#            XFER_GPU_STAGE_AHEAD=1, XFER_GPU_STAGE=land (a target's landings
-#            batched into kernel launches, the source's staging not) and both;
-#            the 64 KiB row on shm traced with both; test_gpu staged and
-#            scatter-staged on tcp with both                            ~45 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -99,7 +94,7 @@ plan_single() {
 # Staging A/B: default (one copy-engine copy per op, each op's staging only
 # once the op before it left the FIFO), kernel (XFER_GPU_STAGE=kernel),
 # ahead (XFER_GPU_STAGE_AHEAD=1: staging of queued ops starts early), both.
-STAGE_AB=${STAGE_AB:-"default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"}
+STAGE_AB="default: kernel:XFER_GPU_STAGE=kernel ahead:XFER_GPU_STAGE_AHEAD=1 both:XFER_GPU_STAGE=kernel,XFER_GPU_STAGE_AHEAD=1"
 plan_staged() {
 	local r p v
 	for r in $(seq "${STAGED_REPS:-2}"); do
@@ -127,15 +122,6 @@ plan_auto() {
 	for p in shm tcp; do
 		for m in ipc scatter-ipc staged scatter-staged; do step auto-test-$m-$p 30 env XFER_TEST_PROVIDER=$p $T $m; done
 	done
-}
-
-plan_land() {
-	local both="XFER_GPU_STAGE=land XFER_GPU_STAGE_AHEAD=1"
-	STAGE_AB="ahead:XFER_GPU_STAGE_AHEAD=1 land:XFER_GPU_STAGE=land landahead:${both// /,}" plan_staged
-	step land-trace-staged64k-shm 10 env $both XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 \
-		XFER_GPU_TRACE="$out/land-trace-staged64k.csv" $B
-	step land-test-staged-tcp 30 env $both XFER_TEST_PROVIDER=tcp $T staged
-	step land-test-scatter-staged-tcp 30 env $both XFER_TEST_PROVIDER=tcp $T scatter-staged
 }
 
 plan_trace() {
@@ -195,7 +181,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher auto land full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher auto full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

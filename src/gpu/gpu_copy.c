@@ -110,7 +110,6 @@ struct xi_gpu {
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
-	bool stage_land;   /* XFER_GPU_STAGE=land: only those from it (a target's landings) do */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
 
@@ -154,8 +153,7 @@ struct xi_gpu *xi_gpu_create(void)
 	 * copy for 16/64 KiB pages), likely for want of TLB locality. */
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
-	g->stage_land = env_is("XFER_GPU_STAGE", "land");
-	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel") || g->stage_land;
+	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
 	/* Tile for most launches: in run gpu5-1 (one H200, 3 runs each, same
 	 * session) it was the best or within noise of the best on every paged
@@ -540,15 +538,12 @@ static int contiguous_job(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t l
  * kernel's next launch, so that the staging copies of the calls of one turn
  * share a launch and an event rather than costing a copy-engine call and an
  * event each (~5 us of the worker apiece); alone in its launch it still goes
- * to the copy engine (launch_batch). XFER_GPU_STAGE=land: only copies from
- * the mirror (a target's landings, whose CUDA calls share the target's
- * worker with the transport's copying; a source stages one op at a time
- * unless XFER_GPU_STAGE_AHEAD=1). 1 when it does not apply (the copy
+ * to the copy engine (launch_batch). 1 when it does not apply (the copy
  * engine's copy follows), else 0 or the error. */
 static int mapped_job(struct xi_gpu *g, uint64_t dst, uint64_t src, void *hdst, const void *hsrc, size_t len)
 {
 	CUdeviceptr mapped = 0;
-	if (!g->stage_kernel || (hdst && g->stage_land) || len > g->kernel_max || len >= (1ull << 31))
+	if (!g->stage_kernel || len > g->kernel_max || len >= (1ull << 31))
 		return 1;
 	struct gpu_kernels *k = kernels_of(g, g->dev);
 	/* Not pinned and mapped (an application's host buffer): not a job. */

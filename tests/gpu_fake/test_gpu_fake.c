@@ -29,8 +29,6 @@
  *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
  *       of the calls queued behind the first start while it waits and share
  *       launches (fewer launches than aligned calls), every byte lands once
- *   write-batch-land-staged  the same with XFER_GPU_STAGE=land: only the
- *       targets' landings join launches; the source's singles stage by DtoH
  *   write-batch-warp | write-batch-bulk  write-batch with XFER_GPU_PAGES=warp
  *       (every launch by the warp kernel; by default the tile kernel's) or
  *       =bulk (aligned launches by the bulk kernel, the unaligned one by the
@@ -440,7 +438,6 @@ static int ring_source(int n, const int *fds, void *arg)
 #define IMM_BATCH 0x6e0
 
 static bool batch_off;
-static bool land; /* write-batch-land-staged: XFER_GPU_STAGE=land */
 static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk (XFER_GPU_PAGES) */
 
 struct bcall {
@@ -575,10 +572,7 @@ static int batch_source(int n, const int *fds, void *arg)
 		 * launches; the 8 unaligned singles (and a job alone in its
 		 * launch) by DtoH. Without the early staging every call's copy
 		 * is alone: 16 launches of one job and 24 DtoH copies. */
-		/* XFER_GPU_STAGE=land: the source's singles stage by DtoH (24), its
-		 * paged calls by gather jobs as ever (16). */
-		CHECK(land ? jobs + dtoh == B_CALLS && dtoh == 24 && dtod == 0
-			   : jobs + dtoh == B_CALLS && dtoh >= 8 && dtoh <= 12 && launches >= 2 && launches <= 8 && dtod == 0);
+		CHECK(jobs + dtoh == B_CALLS && dtoh >= 8 && dtoh <= 12 && launches >= 2 && launches <= 8 && dtod == 0);
 	else
 		CHECK(batch_off ? jobs == 16 && dtod == 24 && launches == jobs : jobs == 32 && dtod == 8 && launches == 3);
 	/* The kernel each launch went to: the chosen one, but bulk copies only
@@ -711,11 +705,10 @@ int main(int argc, char **argv)
 			return 77;
 		}
 		batch_off = !strcmp(mode, "write-batch-off");
-		land = !strcmp(mode, "write-batch-land-staged");
 		if (batch_off)
 			setenv("XFER_GPU_BATCH", "0", 1);
 		if (staged) {
-			setenv("XFER_GPU_STAGE", land ? "land" : "kernel", 1);
+			setenv("XFER_GPU_STAGE", "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
 		}
 		batch_kernel = !strcmp(mode, "write-batch-warp") ? 0 : !strcmp(mode, "write-batch-bulk") ? 2 : 1;
