@@ -50,18 +50,22 @@ struct kbatch {
 	 * DtoH (HtoD) copy. */
 	void *lone_hdst;
 	const void *lone_hsrc;
-	/* Every job so far paged, with pages of XI_BULK_MIN_PAGE or more: the
-	 * bulk kernel's launches by default (launch_batch). */
+	/* Every job so far paged, with pages of XI_BULK_MIN_PAGE or more: with
+	 * at most XI_BULK_MAX_BYTES in all, the bulk kernel's launch by default
+	 * (launch_batch). */
 	bool big_pages;
 };
 
 /* Measured on an H200 (docs/performance.md, runs gpu5-1, gpu5-2, main
- * 1ed6561, gpuk6-1): at 1,024 x 16 KiB pages the bulk kernel ran at
- * 0.86-1.17x a contiguous copy against the tile kernel's 0.73-0.93x (in
- * gpuk6-1 with 6 CTAs per SM; 0.79-1.09 with 5); it is within the runs'
- * spread of tile at 64 KiB pages and at 16,384 x 16 KiB, and worse or less
- * steady at 4 KiB. */
+ * 1ed6561, gpuk6-1, gpuk6-2): at 1,024 x 16 KiB pages (16 MiB a call) the
+ * bulk kernel ran at 0.81-1.17x a contiguous copy against the tile
+ * kernel's 0.60-0.93x, at 1,024 x 64 KiB (64 MiB) as fast or faster; at
+ * 16,384 pages (256 MiB and 1 GiB a call) tile was as fast or faster
+ * (16 KiB: 0.78-0.80 vs 0.74-0.80 in gpuk6-1/2), at 4 KiB better or
+ * steadier. So bulk takes aligned launches of big pages up to
+ * XI_BULK_MAX_BYTES. */
 #define XI_BULK_MIN_PAGE (16u << 10)
+#define XI_BULK_MAX_BYTES (64ull << 20)
 
 /* Page lists of kernels in flight: pinned host memory written here, which
  * the kernel reads over the bus for calls below 512 MiB, or copied first on
@@ -113,8 +117,9 @@ struct xi_gpu {
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 };
 
-/* AUTO: bulk for aligned launches of big pages only (big_pages), tile for
- * the rest; the others force one kernel (bulk: aligned launches only). */
+/* AUTO: bulk for aligned launches of big pages up to XI_BULK_MAX_BYTES
+ * (big_pages), tile for the rest; the others force one kernel (bulk:
+ * aligned launches only). */
 enum { PAGES_WARP, PAGES_TILE, PAGES_BULK, PAGES_AUTO };
 
 static bool env_is(const char *name, const char *value)
@@ -273,7 +278,7 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 	}
 	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s%s)", dev, sms,
 	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL,
-	      k->fn_tile && k->fn_bulk ? ", " XI_PAGES_KERNEL_BULK " for pages of 16 KiB and more" : "");
+	      k->fn_tile && k->fn_bulk ? ", " XI_PAGES_KERNEL_BULK " for pages of 16 KiB and more, up to 64 MiB a launch" : "");
 	return k;
 }
 
@@ -298,7 +303,8 @@ static void launch_batch(struct xi_gpu *g)
 	 * address and length aligned), else tile, else the warp kernel. */
 	CUfunction fn = k->fn;
 	unsigned threads = XI_PAGES_THREADS, per_sm = XI_PAGES_CTAS_PER_SM;
-	if (k->fn_bulk && b->a.aligned && (g->pages_kind == PAGES_BULK || b->big_pages || !k->fn_tile)) {
+	bool bulk_wins = b->big_pages && b->bytes <= XI_BULK_MAX_BYTES;
+	if (k->fn_bulk && b->a.aligned && (g->pages_kind == PAGES_BULK || bulk_wins || !k->fn_tile)) {
 		fn = k->fn_bulk;
 		threads = XI_BULK_THREADS;
 		per_sm = XI_BULK_CTAS_PER_SM;

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 /* Three kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk forces one;
- * by default bulk for aligned launches of pages of 16 KiB and more, tile for
- * the rest: gpu_copy.c; pages_kernel.cu):
+ * by default bulk for aligned launches of pages of 16 KiB and more up to
+ * 64 MiB a launch, tile for the rest: gpu_copy.c; pages_kernel.cu):
  * warp: each warp resolves 32 items' addresses at once, lanes far apart;
  * tile: a CTA resolves a run of consecutive items into shared memory first
  * (the page-list reads of a warp coalesce), then its warps copy them;

@@ -16,6 +16,8 @@
  *   write-big | write-big-staged  write-ipc / write-staged with 16 KiB pages:
  *       their launches (the paged write's, the staging gather, the landing's
  *       scatter) go to the bulk kernel by default, 4 KiB ones to tile's
+ *   write-huge  write-ipc with 2 MiB pages, 128 MiB in the paged write: above
+ *       64 MiB a launch goes to the tile kernel again
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
@@ -223,28 +225,30 @@ static int scatter_root(int n, const int *fds, void *arg)
 
 /* ---------------------------------------------------------------- writes */
 
-#define WLEN (1u << 20)
 #define PAGES 64u
 /* The paged write's page length: 4 KiB, or 16 KiB in the "-big" modes
- * (PAGES of them still fit WLEN), whose launches go to the bulk kernel by
- * default where the 4 KiB ones go to the tile kernel. */
+ * (PAGES of them still fit the 1 MiB regions), whose launches go to the
+ * bulk kernel by default where the 4 KiB ones go to the tile kernel, or
+ * 2 MiB in write-huge (128 MiB regions: a launch above 64 MiB goes to the
+ * tile kernel again). */
 static uint32_t wpage = 4096u;
+static size_t wlen = 1u << 20;
 
-/* Which kernel the launches of this process went to by default: all tile
- * (4 KiB pages) or all bulk (16 KiB pages). */
+/* Which kernel the launches of this process went to by default. */
 static bool default_kernels_ok(const struct fake_cuda_counts *fc)
 {
-	return fc->by_kernel[wpage >= (16u << 10) ? 2 : 1] == fc->launches;
+	bool bulk = wpage >= (16u << 10) && (uint64_t)PAGES * wpage <= (64u << 20);
+	return fc->by_kernel[bulk ? 2 : 1] == fc->launches;
 }
 
 static int write_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
 	xfer_engine_t *e = fake_engine(fd, NULL);
-	uint8_t *gpu = fake_cuda_alloc(WLEN, 2), *want = malloc(WLEN);
+	uint8_t *gpu = fake_cuda_alloc(wlen, 2), *want = malloc(wlen);
 	CHECK(gpu && want);
 	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, gpu, WLEN, &mr));
+	CHECK_OK(xfer_mr_reg(e, gpu, wlen, &mr));
 	/* The copy kernels are loaded at registration, before anything lands:
 	 * a lazy load at the first landing could wait for an application kernel
 	 * spinning on that landing's signal word (gpu_copy.c). */
@@ -254,9 +258,9 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK_OK(xfer_expect_imm(e, 1, 1, &c));
 	t_send_desc(fd, mr);
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
-	t_fill(want, WLEN, 9);
-	CHECK(memcmp(gpu, want, WLEN) == 0);
-	memset(gpu, 0, WLEN);
+	t_fill(want, wlen, 9);
+	CHECK(memcmp(gpu, want, wlen) == 0);
+	memset(gpu, 0, wlen);
 	t_sync_worker(e);
 	CHECK_OK(xfer_expect_imm(e, 2, PAGES, &c));
 	t_send_u64(fd, 1);
@@ -285,13 +289,13 @@ static int write_source(int n, const int *fds, void *arg)
 	int fd = fds[0];
 	xfer_peer_t peer;
 	xfer_engine_t *e = fake_engine(fd, &peer);
-	uint8_t *src = fake_cuda_alloc(WLEN, 0);
+	uint8_t *src = fake_cuda_alloc(wlen, 0);
 	CHECK(src);
-	t_fill(src, WLEN, 9);
+	t_fill(src, wlen, 9);
 	xfer_mr_t *mr;
-	CHECK_OK(xfer_mr_reg(e, src, WLEN, &mr));
+	CHECK_OK(xfer_mr_reg(e, src, wlen, &mr));
 	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
-	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = 1, .flags = XFER_F_IMM};
+	struct xfer_write w = {.src = mr, .dst = dst, .len = wlen, .imm = 1, .flags = XFER_F_IMM};
 	CHECK_OK(xfer_write(e, &w, NULL));
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	uint32_t sp[PAGES], dp[PAGES];
@@ -689,6 +693,10 @@ int main(int argc, char **argv)
 	no_kernel = strstr(mode, "-engine") != NULL;
 	if (strstr(mode, "-big"))
 		wpage = 16u << 10;
+	if (!strcmp(mode, "write-huge")) {
+		wpage = 2u << 20;
+		wlen = (size_t)PAGES * wpage;
+	}
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	if (no_kernel)
