@@ -15,7 +15,7 @@
 # one run's ratio moves by up to ~0.2 between runs of one setting.
 #   paged    XFER_BENCH_ONLY=paged, REPS times for each paged kernel
 #            (XFER_GPU_PAGES=warp|tile|bulk; by default bulk for pages of 16 KiB
-#            and more, tile for the rest: plan auto), plus each with
+#            and more up to 64 MiB a launch, tile else: plan auto), plus each with
 #            XFER_GPU_INDEX=device (page lists copied to the GPU first)  ~60 s
 #   single   XFER_BENCH_ONLY=single REPS times (lone copies by the copy
 #            engine), then XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G
@@ -36,7 +36,7 @@
 #            test_gpu_signal ipc and staged (and staged with both)       ~45 s
 #   watcher  test_gpu watcher (CUDA Graph) and watcher-latency            ~15 s
 #   auto     the default choice of paged kernel (bulk for aligned launches
-#            of pages >= 16 KiB, tile for the rest: gpuk6) against each
+#            of pages >= 16 KiB up to 64 MiB, tile for the rest: gpuk6) against each
 #            forced: REPS rounds of XFER_BENCH_ONLY=paged with the default,
 #            XFER_GPU_PAGES=tile and =bulk; the staged rows on tcp and shm,
 #            default vs tile, STAGED_REPS times (their gathers and landings
