@@ -14,7 +14,8 @@
 # bench rows 1-4 s each, a test 1-2 s. REPS (default 3) repeats bench rows:
 # one run's ratio moves by up to ~0.2 between runs of one setting.
 #   paged    XFER_BENCH_ONLY=paged, REPS times for each paged kernel
-#            (XFER_GPU_PAGES=warp|tile|bulk; tile is the default), plus each with
+#            (XFER_GPU_PAGES=warp|tile|bulk; by default bulk for pages of 16 KiB
+#            and more up to 64 MiB a launch, tile else: plan auto), plus each with
 #            XFER_GPU_INDEX=device (page lists copied to the GPU first)  ~60 s
 #   single   XFER_BENCH_ONLY=single REPS times (lone copies by the copy
 #            engine), then XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G
@@ -43,6 +44,13 @@
 #            the paged rows twice (and once by events), then test_gpu
 #            ipc/scatter-ipc/staged/h2g/g2h on shm and tcp (ipc, scatter-ipc,
 #            staged also by events) and test_gpu_signal ipc and staged   ~100 s
+#   auto     the default choice of paged kernel (bulk for aligned launches
+#            of pages >= 16 KiB up to 64 MiB, tile for the rest: gpuk6) against each
+#            forced: REPS rounds of XFER_BENCH_ONLY=paged with the default,
+#            XFER_GPU_PAGES=tile and =bulk; the staged rows on tcp and shm,
+#            default vs tile, STAGED_REPS times (their gathers and landings
+#            are paged launches too); test_gpu ipc/scatter-ipc/staged/
+#            scatter-staged with the default on shm and tcp            ~70 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -105,6 +113,23 @@ plan_staged() {
 				step staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
 			done
 		done
+	done
+}
+
+plan_auto() {
+	local r k p m
+	for r in $(seq "$REPS"); do
+		for k in auto tile bulk; do step auto-paged-$k-r$r 10 env XFER_GPU_PAGES=$k XFER_BENCH_ONLY=paged $B; done
+	done
+	for r in $(seq "${STAGED_REPS:-2}"); do
+		for p in tcp shm; do
+			for k in auto tile; do
+				step auto-staged-$p-$k-r$r 20 env XFER_GPU_PAGES=$k XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+			done
+		done
+	done
+	for p in shm tcp; do
+		for m in ipc scatter-ipc staged scatter-staged; do step auto-test-$m-$p 30 env XFER_TEST_PROVIDER=$p $T $m; done
 	done
 }
 
@@ -192,7 +217,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

@@ -53,7 +53,22 @@ struct kbatch {
 	 * DtoH (HtoD) copy. */
 	void *lone_hdst;
 	const void *lone_hsrc;
+	/* Every job so far paged, with pages of XI_BULK_MIN_PAGE or more: with
+	 * at most XI_BULK_MAX_BYTES in all, the bulk kernel's launch by default
+	 * (launch_batch). */
+	bool big_pages;
 };
+
+/* Measured on an H200 (docs/performance.md, runs gpu5-1, gpu5-2, main
+ * 1ed6561, gpuk6-1, gpuk6-2): at 1,024 x 16 KiB pages (16 MiB a call) the
+ * bulk kernel ran at 0.81-1.17x a contiguous copy against the tile
+ * kernel's 0.60-0.93x, at 1,024 x 64 KiB (64 MiB) as fast or faster; at
+ * 16,384 pages (256 MiB and 1 GiB a call) tile was as fast or faster
+ * (16 KiB: 0.78-0.80 vs 0.74-0.80 in gpuk6-1/2), at 4 KiB better or
+ * steadier. So bulk takes aligned launches of big pages up to
+ * XI_BULK_MAX_BYTES. */
+#define XI_BULK_MIN_PAGE (16u << 10)
+#define XI_BULK_MAX_BYTES (64ull << 20)
 
 /* Page lists of kernels in flight: pinned host memory written here, which
  * the kernel reads over the bus for calls below 512 MiB, or copied first on
@@ -100,7 +115,7 @@ struct xi_gpu {
 	bool trace_tried;
 	bool spread;      /* XFER_GPU_SPREAD=1: a launch's warps spread over every SM first */
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
-	int pages_kind;   /* XFER_GPU_PAGES: PAGES_TILE (default), PAGES_WARP or PAGES_BULK */
+	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
@@ -119,7 +134,10 @@ struct xi_gpu {
 /* Polls between two queries of the event of a copy that writes a word. */
 #define FLAG_QUERY_EVERY 64u
 
-enum { PAGES_WARP, PAGES_TILE, PAGES_BULK };
+/* AUTO: bulk for aligned launches of big pages up to XI_BULK_MAX_BYTES
+ * (big_pages), tile for the rest; the others force one kernel (bulk:
+ * aligned launches only). */
+enum { PAGES_WARP, PAGES_TILE, PAGES_BULK, PAGES_AUTO };
 
 static bool env_is(const char *name, const char *value)
 {
@@ -164,10 +182,13 @@ struct xi_gpu *xi_gpu_create(void)
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
 	 * flight (docs/performance.md). XFER_GPU_DONE=event: queries only. */
 	g->done_flag = !env_is("XFER_GPU_DONE", "event") && c->cuStreamWriteValue32;
-	/* Tile by default: in run gpu5-1 (one H200, 3 runs each, same session)
-	 * it was the best or within noise of the best on every paged row and
-	 * the steadiest (docs/performance.md). */
-	g->pages_kind = env_is("XFER_GPU_PAGES", "warp") ? PAGES_WARP : env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK : PAGES_TILE;
+	/* Tile for most launches: in run gpu5-1 (one H200, 3 runs each, same
+	 * session) it was the best or within noise of the best on every paged
+	 * row and the steadiest; bulk where it wins (XI_BULK_MIN_PAGE). */
+	g->pages_kind = env_is("XFER_GPU_PAGES", "warp")   ? PAGES_WARP
+			: env_is("XFER_GPU_PAGES", "tile") ? PAGES_TILE
+			: env_is("XFER_GPU_PAGES", "bulk") ? PAGES_BULK
+							   : PAGES_AUTO; /* "auto", unset, or anything else */
 	return g;
 }
 
@@ -266,19 +287,22 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 		sms = 132;
 	k->sms = (unsigned)sms;
 	k->state = 1;
-	if (g->pages_kind != PAGES_WARP) {
-		/* Loaded now for the same reason as the warp kernel (lazy
-		 * loading, xi_gpu_prepare); one that will not load leaves the
-		 * warp kernel to do its launches. */
-		const char *name = g->pages_kind == PAGES_TILE ? XI_PAGES_KERNEL_TILE : XI_PAGES_KERNEL_BULK;
-		CUfunction *fn = g->pages_kind == PAGES_TILE ? &k->fn_tile : &k->fn_bulk;
+	/* Loaded now for the same reason as the warp kernel (lazy loading,
+	 * xi_gpu_prepare); one that will not load leaves its launches to the
+	 * warp kernel (tile's) or to the tile kernel (bulk's, by default). */
+	for (int kind = PAGES_TILE; kind <= PAGES_BULK; kind++) {
+		if (g->pages_kind != kind && g->pages_kind != PAGES_AUTO)
+			continue;
+		const char *name = kind == PAGES_TILE ? XI_PAGES_KERNEL_TILE : XI_PAGES_KERNEL_BULK;
+		CUfunction *fn = kind == PAGES_TILE ? &k->fn_tile : &k->fn_bulk;
 		if (c->cuModuleGetFunction(fn, k->mod, name) || (c->cuFuncLoad && c->cuFuncLoad(*fn))) {
 			*fn = NULL;
-			xwarn("XFER_GPU_PAGES: %s would not load: the warp kernel copies", name);
+			xwarn("GPU copy kernels: %s would not load: others copy its launches", name);
 		}
 	}
-	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s)", dev, sms,
-	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL);
+	xinfo("GPU copy kernels loaded on device %d (%d SMs, paged copies by %s%s)", dev, sms,
+	      k->fn_tile ? XI_PAGES_KERNEL_TILE : k->fn_bulk ? XI_PAGES_KERNEL_BULK : XI_PAGES_KERNEL,
+	      k->fn_tile && k->fn_bulk ? ", " XI_PAGES_KERNEL_BULK " for pages of 16 KiB and more, up to 64 MiB a launch" : "");
 	return k;
 }
 
@@ -329,16 +353,17 @@ static void launch_batch(struct xi_gpu *g)
 	const struct cuda_api *c = g->c;
 	struct gpu_kernels *k = &g->k[b->dev];
 	CUstream st = stream_of(g, b->dev);
-	/* The kernel: XFER_GPU_PAGES's where loaded (bulk copies need every
-	 * address and length aligned), else the warp kernel. */
+	/* The kernel: bulk for the launches it takes (bulk copies need every
+	 * address and length aligned), else tile, else the warp kernel. */
 	CUfunction fn = k->fn;
 	unsigned threads = XI_PAGES_THREADS, per_sm = XI_PAGES_CTAS_PER_SM;
-	if (k->fn_tile) {
-		fn = k->fn_tile;
-	} else if (k->fn_bulk && b->a.aligned) {
+	bool bulk_wins = b->big_pages && b->bytes <= XI_BULK_MAX_BYTES;
+	if (k->fn_bulk && b->a.aligned && (g->pages_kind == PAGES_BULK || bulk_wins || !k->fn_tile)) {
 		fn = k->fn_bulk;
 		threads = XI_BULK_THREADS;
 		per_sm = XI_BULK_CTAS_PER_SM;
+	} else if (k->fn_tile) {
+		fn = k->fn_tile;
 	}
 	uint64_t warps_per_cta = threads / 32, ctas = (b->a.items + warps_per_cta - 1) / warps_per_cta;
 	/* Enough CTAs to fill every SM, no more: the rest is the kernel's
@@ -414,6 +439,7 @@ static void launch_batch(struct xi_gpu *g)
 	b->dev = -1;
 	b->lone_hdst = NULL;
 	b->lone_hsrc = NULL;
+	b->big_pages = false;
 }
 
 void xi_gpu_flush(struct xi_gpu *g)
@@ -437,9 +463,11 @@ static void add_job(struct xi_gpu *g, struct xi_pages_job *j, uint64_t bytes, bo
 		b->a.aligned = aligned;
 		b->lone_hdst = NULL;
 		b->lone_hsrc = NULL;
+		b->big_pages = true;
 		if (g->trace)
 			b->trace = xi_gpu_trace_open(g->trace, XI_TRACE_KERNEL);
 	}
+	b->big_pages = b->big_pages && j->src_pages && j->page_len >= XI_BULK_MIN_PAGE;
 	j->item0 = b->a.items;
 	b->a.job[b->a.njobs++] = *j;
 	b->a.items += (uint32_t)items;
@@ -768,6 +796,7 @@ void xi_gpu_forget(struct xi_gpu *g)
 	g->kb.waiting = 0;
 	g->kb.bytes = 0;
 	g->kb.dev = -1;
+	g->kb.big_pages = false;
 	g->cur_in_batch = false;
 	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
 		g->k[dev].used = 0;

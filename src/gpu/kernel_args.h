@@ -13,8 +13,9 @@
 
 #include <stdint.h>
 
-/* Three kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk picks, tile
- * by default; pages_kernel.cu):
+/* Three kernels of one argument (XFER_GPU_PAGES=warp|tile|bulk forces one;
+ * by default bulk for aligned launches of pages of 16 KiB and more up to
+ * 64 MiB a launch, tile for the rest: gpu_copy.c; pages_kernel.cu):
  * warp: each warp resolves 32 items' addresses at once, lanes far apart;
  * tile: a CTA resolves a run of consecutive items into shared memory first
  * (the page-list reads of a warp coalesce), then its warps copy them;
@@ -36,11 +37,13 @@
 #define XI_TILE_ITEMS 512u
 /* bulk: 2 warps per CTA, each keeping XI_BULK_STAGES items of 4 KiB in
  * shared memory (32 KiB a CTA, static: under the 48 KiB that needs no
- * opt-in), 5 CTAs per SM. */
+ * opt-in), 6 CTAs per SM (6 x 36 KiB fit an H100/H200 SM's 228 KiB;
+ * run gpuk6-1: as fast as 5 or faster on every paged row but 1024 x 4 KiB,
+ * where it was steadier). */
 #define XI_BULK_THREADS 64u
 #define XI_BULK_STAGES 4u
 #define XI_BULK_TILE 64u
-#define XI_BULK_CTAS_PER_SM 5u
+#define XI_BULK_CTAS_PER_SM 6u
 /* Jobs per launch: 32 x 64 bytes keeps the parameter buffer at 2 KiB (the
  * driver's limit is 4 KiB). */
 #define XI_PAGES_JOBS 32u

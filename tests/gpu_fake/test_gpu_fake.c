@@ -13,6 +13,11 @@
  *       event is queried) where the library embeds the kernels, else copies
  *   write-engine  write-ipc with XFER_GPU_KERNEL=0: the copy engine's pages
  *   write-staged-engine  write-staged with XFER_GPU_KERNEL=0 (page by page)
+ *   write-big | write-big-staged  write-ipc / write-staged with 16 KiB pages:
+ *       their launches (the paged write's, the staging gather, the landing's
+ *       scatter) go to the bulk kernel by default, 4 KiB ones to tile's
+ *   write-huge  write-ipc with 2 MiB pages, 128 MiB in the paged write: above
+ *       64 MiB a launch goes to the tile kernel again
  *   write-device  write-ipc with XFER_GPU_INDEX=device (page lists copied to
  *       device memory first; write-ipc reads them in place)
  *   write-ahead  a 32 MiB write whose copy is held: the writer announces it,
@@ -238,9 +243,21 @@ static int scatter_root(int n, const int *fds, void *arg)
 
 /* ---------------------------------------------------------------- writes */
 
-#define WLEN (1u << 20)
 #define PAGES 64u
-#define PAGE 4096u
+/* The paged write's page length: 4 KiB, or 16 KiB in the "-big" modes
+ * (PAGES of them still fit the 1 MiB regions), whose launches go to the
+ * bulk kernel by default where the 4 KiB ones go to the tile kernel, or
+ * 2 MiB in write-huge (128 MiB regions: a launch above 64 MiB goes to the
+ * tile kernel again). */
+static uint32_t wpage = 4096u;
+static size_t wlen = 1u << 20;
+
+/* Which kernel the launches of this process went to by default. */
+static bool default_kernels_ok(const struct fake_cuda_counts *fc)
+{
+	bool bulk = wpage >= (16u << 10) && (uint64_t)PAGES * wpage <= (64u << 20);
+	return fc->by_kernel[bulk ? 2 : 1] == fc->launches;
+}
 
 /* A target: its engine, len bytes of GPU memory on dev registered, and a
  * host buffer for the bytes it should end up holding. */
@@ -272,7 +289,7 @@ static void wdst_close(struct wdst *d)
 static int write_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	struct wdst d = wdst_open(fd, WLEN, 2);
+	struct wdst d = wdst_open(fd, wlen, 2);
 	xfer_engine_t *e = d.e;
 	uint8_t *gpu = d.gpu, *want = d.want;
 	xfer_mr_t *mr = d.mr;
@@ -285,15 +302,15 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK_OK(xfer_expect_imm(e, 1, 1, &c));
 	t_send_desc(fd, mr);
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
-	t_fill(want, WLEN, 9);
-	CHECK(memcmp(gpu, want, WLEN) == 0);
-	memset(gpu, 0, WLEN);
+	t_fill(want, wlen, 9);
+	CHECK(memcmp(gpu, want, wlen) == 0);
+	memset(gpu, 0, wlen);
 	t_sync_worker(e);
 	CHECK_OK(xfer_expect_imm(e, 2, PAGES, &c));
 	t_send_u64(fd, 1);
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	for (uint32_t i = 0; i < PAGES; i++)
-		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * PAGE, want + (size_t)i * PAGE, PAGE) == 0);
+		CHECK(memcmp(gpu + (size_t)((i * 7) % PAGES) * wpage, want + (size_t)i * wpage, wpage) == 0);
 	/* Staged notices land by copies the worker polls: it never waited for
 	 * a stream here either. The paged write's 64 ranges land by one scatter
 	 * kernel from the mirror, the single write's one range by a copy. */
@@ -301,12 +318,13 @@ static int write_target(int idx, int fd, void *arg)
 	CHECK(fc.syncs == 0);
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(!staged || (fc.htod == (kernels ? 1u : 1u + PAGES) && fc.launches == (kernels ? 1u : 0u)));
+	CHECK(default_kernels_ok(&fc)); /* the landing's scatter, staged */
 	t_send_u64(fd, 2);
 	wdst_close(&d);
 	return 0;
 }
 
-/* A writer: its engine, WLEN bytes of GPU memory filled from seed and
+/* A writer: its engine, wlen bytes of GPU memory filled from seed and
  * registered, and the target's region imported. */
 struct wsrc {
 	xfer_engine_t *e;
@@ -330,7 +348,7 @@ static struct wsrc wsrc_open_len(int fd, uint64_t seed, size_t len)
 
 static struct wsrc wsrc_open(int fd, uint64_t seed)
 {
-	return wsrc_open_len(fd, seed, WLEN);
+	return wsrc_open_len(fd, seed, wlen);
 }
 
 static void wsrc_close(struct wsrc *s)
@@ -349,7 +367,7 @@ static int write_source(int n, const int *fds, void *arg)
 	xfer_engine_t *e = ws.e;
 	xfer_mr_t *mr = ws.mr;
 	xfer_rmr_t *dst = ws.dst;
-	struct xfer_write w = {.src = mr, .dst = dst, .len = WLEN, .imm = 1, .flags = XFER_F_IMM};
+	struct xfer_write w = {.src = mr, .dst = dst, .len = wlen, .imm = 1, .flags = XFER_F_IMM};
 	CHECK_OK(xfer_write(e, &w, NULL));
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	uint32_t sp[PAGES], dp[PAGES];
@@ -357,8 +375,8 @@ static int write_source(int n, const int *fds, void *arg)
 		sp[i] = i;
 		dp[i] = (i * 7) % PAGES;
 	}
-	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = PAGE, .src_pages = sp,
-				      .src_stride = PAGE, .dst_pages = dp, .dst_stride = PAGE,
+	struct xfer_paged_write pw = {.src = mr, .dst = dst, .page_len = wpage, .src_pages = sp,
+				      .src_stride = wpage, .dst_pages = dp, .dst_stride = wpage,
 				      .npages = PAGES, .imm = 2, .flags = XFER_F_IMM};
 	CHECK(t_recv_u64(fd) == 1);
 	CHECK_OK(xfer_write_paged(e, &pw, NULL));
@@ -371,6 +389,7 @@ static int write_source(int n, const int *fds, void *arg)
 	 * the pages one kernel launch, or one copy each without kernels. */
 	bool kernels = !no_kernel && xi_gpu_fatbin_len > 0;
 	CHECK(fc.launches == (kernels ? 1u : 0u) && fc.jobs == fc.launches);
+	CHECK(default_kernels_ok(&fc));
 	CHECK(staged || fc.dtod == (kernels ? 1u : 1u + PAGES));
 	/* Staged, the pages are gathered into the mirror by that one kernel,
 	 * the single write by one copy to the mirror. */
@@ -383,9 +402,10 @@ static int write_source(int n, const int *fds, void *arg)
 	 * XFER_GPU_DONE=event (write-event): no words, events. */
 	CHECK(fc.write_values == (done_flag ? 2u : 0u) && (!done_flag || fc.events_done == 0));
 	wsrc_close(&ws);
-	printf("write (%s): single and %u pages verified, %llu kernel launch(es)\n",
+	printf("write (%s): single and %u pages of %u B verified, %llu kernel launch(es) (tile %llu, bulk %llu)\n",
 	       staged ? (kernels ? "staged, kernel" : "staged") : kernels ? "ipc, kernel" : "ipc, copy engine", PAGES,
-	       (unsigned long long)fc.launches);
+	       wpage, (unsigned long long)fc.launches, (unsigned long long)fc.by_kernel[1],
+	       (unsigned long long)fc.by_kernel[2]);
 	return 0;
 }
 
@@ -745,7 +765,7 @@ static int cut_root(int n, const int *fds, void *arg)
 static int notice_target(int idx, int fd, void *arg)
 {
 	(void)idx, (void)arg;
-	struct wdst d = wdst_open(fd, WLEN, 1);
+	struct wdst d = wdst_open(fd, wlen, 1);
 	xfer_engine_t *e = d.e;
 	uint8_t *gpu = d.gpu, *want = d.want;
 	xfer_mr_t *mr = d.mr;
@@ -754,8 +774,8 @@ static int notice_target(int idx, int fd, void *arg)
 	t_send_desc(fd, mr);
 	t_send_u64(fd, (uint64_t)getpid());
 	CHECK_RC(t_wait_cqe(e, 60000).res, 0);
-	t_fill(want, WLEN, 11);
-	CHECK(memcmp(gpu, want, WLEN) == 0);
+	t_fill(want, wlen, 11);
+	CHECK(memcmp(gpu, want, wlen) == 0);
 	t_send_u64(fd, 1);
 	CHECK(t_recv_u64(fd) == 2);
 	t_sync_worker(e);
@@ -815,7 +835,7 @@ static int notice_source(int n, const int *fds, void *arg)
 	struct wsrc ws = wsrc_open(fd, 11);
 	xfer_engine_t *e = ws.e;
 	pid_t target = (pid_t)t_recv_u64(fd);
-	struct xfer_write w = {.src = ws.mr, .dst = ws.dst, .len = WLEN, .imm = IMM_NOTICE, .flags = XFER_F_IMM};
+	struct xfer_write w = {.src = ws.mr, .dst = ws.dst, .len = wlen, .imm = IMM_NOTICE, .flags = XFER_F_IMM};
 	struct xfer_cqe q;
 
 	/* A copy that does not finish (events held): the wait spins while it
@@ -951,6 +971,12 @@ int main(int argc, char **argv)
 	if (staged)
 		setenv("XFER_GPU_IPC", "0", 1);
 	no_kernel = strstr(mode, "-engine") != NULL;
+	if (strstr(mode, "-big"))
+		wpage = 16u << 10;
+	if (!strcmp(mode, "write-huge")) {
+		wpage = 2u << 20;
+		wlen = (size_t)PAGES * wpage;
+	}
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	done_flag = strcmp(mode, "write-event") != 0;
