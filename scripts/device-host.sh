@@ -30,6 +30,15 @@
 #   10,000; XFER_HOST_TP_SECONDS x XFER_HOST_TP_ROUNDS, 0.6 s x 5) in
 #   busy-poll and default mode
 #  pp (about 40 s): the ping-pongs alone, 7 rounds, busy / no watch / default
+#  vs (about 120 s): the same build against itself with one switch
+#   flipped, in the same run, so that what a change gains is told from the
+#   spread between runs: XFER_HOST_REPS (3) repetitions of the ping-pongs
+#   (0.4 s x 7 rounds) on shm and tcp in busy-poll mode, busy-poll with
+#   the bench's bookkeeping before the ping (book: XFER_BENCH_PP_BOOK=before,
+#   the bench before 2026-12-02), on tcp busy-poll with a CQ wait object
+#   (cqwait: XFER_OFI_CQ_WAIT=1, the engine before), and default mode;
+#   then XFER_HOST_VS_TP_REPS (2) repetitions of tcp's throughput rows
+#   (single 1K/64K, paged 1K/4K x 10,000; 0.5 s x 5 rounds) busy and cqwait
 #  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
 #   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
 #   the submission queue's round trip between CPUs 0 and 1, the whole
@@ -48,10 +57,10 @@
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120; 230 for
 # reps) and cuts each step's timeout to what is left of it.
 set -uo pipefail
-out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps] [BUILD [OLD_BUILD [AB_BUILD]]]}
+out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps|vs] [BUILD [OLD_BUILD [AB_BUILD]]]}
 shift
 plan=${XFER_HOST_PLAN:-full}
-case "${1:-}" in full | left | pp | reps) plan=$1 && shift ;; esac
+case "${1:-}" in full | left | pp | reps | vs) plan=$1 && shift ;; esac
 build=$(cd "${1:-build}" && pwd) || exit 1
 old=${2:-}
 abnew=$(cd "${3:-$build}" && pwd) || exit 1
@@ -74,6 +83,7 @@ secs=${XFER_HOST_SECONDS:-0.4} rounds=${XFER_HOST_ROUNDS:-3}
 rows="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 1K,4K,64K --pages 10000"
 budget_default=120
 [ "$plan" = reps ] && budget_default=230
+[ "$plan" = vs ] && budget_default=190
 budget=${XFER_HOST_BUDGET_S:-$budget_default}
 fails=0
 step() { # name, seconds, command...
@@ -132,6 +142,28 @@ if [ "$plan" = pp ]; then
 		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp on - $pp
 		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-nowatch-pp on XFER_REPLY_WATCH_NS=0 $pp
 		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp off - $pp
+	done
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
+if [ "$plan" = vs ]; then
+	pp="--op imm,send --size 1K"
+	reps=${XFER_HOST_REPS:-3}
+	for r in $(seq 1 "$reps"); do
+		for prov in shm tcp; do
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp$r on - $pp
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-book-pp$r on XFER_BENCH_PP_BOOK=before $pp
+			[ $prov = tcp ] && rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of tcp-cqwait-pp$r on XFER_OFI_CQ_WAIT=1 $pp
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp$r off - $pp
+		done
+	done
+	tp_tcp="--op single,paged --size 1K,64K --page-size 1K,4K --pages 10000"
+	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
+	for r in $(seq 1 "${XFER_HOST_VS_TP_REPS:-2}"); do
+		secs=$tps rounds=$tpr rows_of tcp-busy-tp$r on - $tp_tcp
+		secs=$tps rounds=$tpr rows_of tcp-cqwait-tp$r on XFER_OFI_CQ_WAIT=1 $tp_tcp
 	done
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
 	cat "$out/table.txt"
