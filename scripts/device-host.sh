@@ -36,9 +36,14 @@
 #   (0.4 s x 7 rounds) on shm and tcp in busy-poll mode, busy-poll with
 #   the bench's bookkeeping before the ping (book: XFER_BENCH_PP_BOOK=before,
 #   the bench before 2026-12-02), on tcp busy-poll with a CQ wait object
-#   (cqwait: XFER_OFI_CQ_WAIT=1, the engine before), and default mode;
+#   (cqwait: XFER_OFI_CQ_WAIT=1, the engine before), busy-poll without the
+#   waits' pause hint (nopause: XFER_SPIN_PAUSE=0), and default mode;
 #   then XFER_HOST_VS_TP_REPS (2) repetitions of tcp's throughput rows
-#   (single 1K/64K, paged 1K/4K x 10,000; 0.5 s x 5 rounds) busy and cqwait
+#   (single 1K/64K, paged 1K/4K x 10,000; 0.5 s x 5 rounds) busy and
+#   cqwait; first, the submission hand-off (xfer-bench-handoff, 50,000
+#   round trips x 3 turns) between the CPU pairs that --cpu-pin uses
+#   (0-1, 15-14: application and worker; 0-15: the raw loop's) and a few
+#   others, packed+own (the engine's) p50 per pair in table.txt
 #  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
 #   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
 #   the submission queue's round trip between CPUs 0 and 1, the whole
@@ -149,6 +154,11 @@ if [ "$plan" = pp ]; then
 	exit $((fails > 0))
 fi
 if [ "$plan" = vs ]; then
+	if [ -x "$build/bin/xfer-bench-handoff" ]; then
+		for pair in "0 1" "15 14" "0 15" "0 2" "0 8" "7 8" "1 14"; do
+			step "handoff-${pair/ /-}" 20 "$build/bin/xfer-bench-handoff" $pair 50000 3
+		done
+	fi
 	pp="--op imm,send --size 1K"
 	reps=${XFER_HOST_REPS:-3}
 	for r in $(seq 1 "$reps"); do
@@ -156,6 +166,7 @@ if [ "$plan" = vs ]; then
 			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp$r on - $pp
 			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-book-pp$r on XFER_BENCH_PP_BOOK=before $pp
 			[ $prov = tcp ] && rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of tcp-cqwait-pp$r on XFER_OFI_CQ_WAIT=1 $pp
+			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-nopause-pp$r on XFER_SPIN_PAUSE=0 $pp
 			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp$r off - $pp
 		done
 	done
@@ -166,6 +177,9 @@ if [ "$plan" = vs ]; then
 		secs=$tps rounds=$tpr rows_of tcp-cqwait-tp$r on XFER_OFI_CQ_WAIT=1 $tp_tcp
 	done
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	for f in "$out"/handoff-*.log; do
+		[ -f "$f" ] && echo "$(basename "$f" .log): $(grep -h 'packed+own' "$f" | tail -n 1)"
+	done >>"$out/table.txt"
 	cat "$out/table.txt"
 	echo "device-host: $fails step(s) failed"
 	exit $((fails > 0))
