@@ -43,7 +43,10 @@
 #   cqwait; first, the submission hand-off (xfer-bench-handoff, 50,000
 #   round trips x 3 turns) between the CPU pairs that --cpu-pin uses
 #   (0-1, 15-14: application and worker; 0-15: the raw loop's) and a few
-#   others, packed+own (the engine's) p50 per pair in table.txt
+#   others, packed+own (the engine's) p50 per pair in table.txt.
+#   XFER_HOST_VS_PP and XFER_HOST_VS_TP replace the two lists of
+#   PROVIDER:MODE:on|off:VAR=value (or -), comma-separated (see the plan);
+#   XFER_HOST_VS_PAIRS the CPU pairs (A-B,..., or none)
 #  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
 #   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
 #   the submission queue's round trip between CPUs 0 and 1, the whole
@@ -154,27 +157,31 @@ if [ "$plan" = pp ]; then
 	exit $((fails > 0))
 fi
 if [ "$plan" = vs ]; then
-	if [ -x "$build/bin/xfer-bench-handoff" ]; then
-		for pair in "0 1" "15 14" "0 15" "0 2" "0 8" "7 8" "1 14"; do
-			step "handoff-${pair/ /-}" 20 "$build/bin/xfer-bench-handoff" $pair 50000 3
+	# Lists of PROVIDER:MODE:BUSY_POLL:VAR=value (or -), comma-separated.
+	pp_list=${XFER_HOST_VS_PP:-shm:busy:on:-,shm:book:on:XFER_BENCH_PP_BOOK=before,shm:nopause:on:XFER_SPIN_PAUSE=0,shm:default:off:-,tcp:busy:on:-,tcp:book:on:XFER_BENCH_PP_BOOK=before,tcp:cqwait:on:XFER_OFI_CQ_WAIT=1,tcp:nopause:on:XFER_SPIN_PAUSE=0,tcp:default:off:-}
+	tp_list=${XFER_HOST_VS_TP:-tcp:busy:on:-,tcp:cqwait:on:XFER_OFI_CQ_WAIT=1}
+	pairs=${XFER_HOST_VS_PAIRS:-0-1,15-14,0-15,0-2,0-8,7-8,1-14}
+	if [ -x "$build/bin/xfer-bench-handoff" ] && [ "$pairs" != none ]; then
+		for pair in ${pairs//,/ }; do
+			step "handoff-$pair" 20 "$build/bin/xfer-bench-handoff" ${pair%-*} ${pair#*-} 50000 3
 		done
 	fi
-	pp="--op imm,send --size 1K"
-	reps=${XFER_HOST_REPS:-3}
-	for r in $(seq 1 "$reps"); do
-		for prov in shm tcp; do
-			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-busy-pp$r on - $pp
-			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-book-pp$r on XFER_BENCH_PP_BOOK=before $pp
-			[ $prov = tcp ] && rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of tcp-cqwait-pp$r on XFER_OFI_CQ_WAIT=1 $pp
-			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-nopause-pp$r on XFER_SPIN_PAUSE=0 $pp
-			rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp$r off - $pp
+	run_list() { # list, step suffix, row options...
+		local list=$1 part=$2 e
+		shift 2
+		for e in ${list//,/ }; do
+			IFS=: read -r prov mode bp ev <<<"$e"
+			rows_of "$prov-$mode-$part" "$bp" "$ev" "$@"
 		done
+	}
+	pp="--op imm,send --size 1K"
+	for r in $(seq 1 "${XFER_HOST_REPS:-3}"); do
+		rounds=${XFER_HOST_PP_ROUNDS:-7} run_list "$pp_list" pp$r $pp
 	done
 	tp_tcp="--op single,paged --size 1K,64K --page-size 1K,4K --pages 10000"
 	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
 	for r in $(seq 1 "${XFER_HOST_VS_TP_REPS:-2}"); do
-		secs=$tps rounds=$tpr rows_of tcp-busy-tp$r on - $tp_tcp
-		secs=$tps rounds=$tpr rows_of tcp-cqwait-tp$r on XFER_OFI_CQ_WAIT=1 $tp_tcp
+		secs=$tps rounds=$tpr run_list "$tp_list" tp$r $tp_tcp
 	done
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
 	for f in "$out"/handoff-*.log; do
