@@ -30,6 +30,23 @@
 #   10,000; XFER_HOST_TP_SECONDS x XFER_HOST_TP_ROUNDS, 0.6 s x 5) in
 #   busy-poll and default mode
 #  pp (about 40 s): the ping-pongs alone, 7 rounds, busy / no watch / default
+#  vs (about 120 s): the same build against itself with one switch
+#   flipped, in the same run, so that what a change gains is told from the
+#   spread between runs: XFER_HOST_REPS (3) repetitions of the ping-pongs
+#   (0.4 s x 7 rounds) on shm and tcp in busy-poll mode, busy-poll with
+#   the bench's bookkeeping before the ping (book: XFER_BENCH_PP_BOOK=before,
+#   the bench before 2026-12-02), on tcp busy-poll with a CQ wait object
+#   (cqwait: XFER_OFI_CQ_WAIT=1, the engine before), busy-poll without the
+#   waits' pause hint (nopause: XFER_SPIN_PAUSE=0), and default mode;
+#   then XFER_HOST_VS_TP_REPS (2) repetitions of tcp's throughput rows
+#   (single 1K/64K, paged 1K/4K x 10,000; 0.5 s x 5 rounds) busy and
+#   cqwait; first, the submission hand-off (xfer-bench-handoff, 50,000
+#   round trips x 3 turns) between the CPU pairs that --cpu-pin uses
+#   (0-1, 15-14: application and worker; 0-15: the raw loop's) and a few
+#   others, packed+own (the engine's) p50 per pair in table.txt.
+#   XFER_HOST_VS_PP and XFER_HOST_VS_TP replace the two lists of
+#   PROVIDER:MODE:on|off:VAR=value (or -), comma-separated (see the plan);
+#   XFER_HOST_VS_PAIRS the CPU pairs (A-B,..., or none)
 #  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
 #   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
 #   the submission queue's round trip between CPUs 0 and 1, the whole
@@ -48,10 +65,10 @@
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120; 230 for
 # reps) and cuts each step's timeout to what is left of it.
 set -uo pipefail
-out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps] [BUILD [OLD_BUILD [AB_BUILD]]]}
+out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps|vs] [BUILD [OLD_BUILD [AB_BUILD]]]}
 shift
 plan=${XFER_HOST_PLAN:-full}
-case "${1:-}" in full | left | pp | reps) plan=$1 && shift ;; esac
+case "${1:-}" in full | left | pp | reps | vs) plan=$1 && shift ;; esac
 build=$(cd "${1:-build}" && pwd) || exit 1
 old=${2:-}
 abnew=$(cd "${3:-$build}" && pwd) || exit 1
@@ -74,6 +91,7 @@ secs=${XFER_HOST_SECONDS:-0.4} rounds=${XFER_HOST_ROUNDS:-3}
 rows="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 1K,4K,64K --pages 10000"
 budget_default=120
 [ "$plan" = reps ] && budget_default=230
+[ "$plan" = vs ] && budget_default=190
 budget=${XFER_HOST_BUDGET_S:-$budget_default}
 fails=0
 step() { # name, seconds, command...
@@ -134,6 +152,41 @@ if [ "$plan" = pp ]; then
 		rounds=${XFER_HOST_PP_ROUNDS:-7} rows_of $prov-default-pp off - $pp
 	done
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
+if [ "$plan" = vs ]; then
+	# Lists of PROVIDER:MODE:BUSY_POLL:VAR=value (or -), comma-separated.
+	pp_list=${XFER_HOST_VS_PP:-shm:busy:on:-,shm:book:on:XFER_BENCH_PP_BOOK=before,shm:nopause:on:XFER_SPIN_PAUSE=0,shm:default:off:-,tcp:busy:on:-,tcp:book:on:XFER_BENCH_PP_BOOK=before,tcp:cqwait:on:XFER_OFI_CQ_WAIT=1,tcp:nopause:on:XFER_SPIN_PAUSE=0,tcp:default:off:-}
+	tp_list=${XFER_HOST_VS_TP:-tcp:busy:on:-,tcp:cqwait:on:XFER_OFI_CQ_WAIT=1}
+	pairs=${XFER_HOST_VS_PAIRS:-0-1,15-14,0-15,0-2,0-8,7-8,1-14}
+	if [ -x "$build/bin/xfer-bench-handoff" ] && [ "$pairs" != none ]; then
+		for pair in ${pairs//,/ }; do
+			step "handoff-$pair" 20 "$build/bin/xfer-bench-handoff" ${pair%-*} ${pair#*-} 50000 3
+		done
+	fi
+	run_list() { # list, step suffix, row options...
+		local list=$1 part=$2 e
+		shift 2
+		for e in ${list//,/ }; do
+			IFS=: read -r prov mode bp ev <<<"$e"
+			rows_of "$prov-$mode-$part" "$bp" "$ev" "$@"
+		done
+	}
+	pp="--op imm,send --size 1K"
+	for r in $(seq 1 "${XFER_HOST_REPS:-3}"); do
+		rounds=${XFER_HOST_PP_ROUNDS:-7} run_list "$pp_list" pp$r $pp
+	done
+	tp_tcp="--op single,paged --size 1K,64K --page-size 1K,4K --pages 10000"
+	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
+	for r in $(seq 1 "${XFER_HOST_VS_TP_REPS:-2}"); do
+		secs=$tps rounds=$tpr run_list "$tp_list" tp$r $tp_tcp
+	done
+	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
+	for f in "$out"/handoff-*.log; do
+		[ -f "$f" ] && echo "$(basename "$f" .log): $(grep -h 'packed+own' "$f" | tail -n 1)"
+	done >>"$out/table.txt"
 	cat "$out/table.txt"
 	echo "device-host: $fails step(s) failed"
 	exit $((fails > 0))

@@ -117,6 +117,7 @@ struct xrun {
 	struct meas *m;
 	bool trace, timed;
 	uint64_t writes_out; /* ping-pong writes or sends not yet reaped */
+	bool armed;          /* imm ping-pong: the pong's expectation is armed */
 };
 
 static void drain_traces(struct xrun *r)
@@ -243,29 +244,52 @@ static int x_wait_tag(struct xrun *r, uint64_t want, int *res)
 	}
 }
 
+/* XFER_BENCH_PP_BOOK=before: the ping-pongs' bookkeeping (the next
+ * expectation, reaping, trace reads) before the ping, as the bench did
+ * until 2026-12-02, for A/B runs in one build. */
+static bool book_before(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		const char *e = getenv("XFER_BENCH_PP_BOOK");
+		v = e && !strcmp(e, "before");
+	}
+	return v;
+}
+
+/* The ping first, then the bookkeeping of the round, while the ping is on
+ * its way: the next pong's expectation (arrivals before arming count, so
+ * nothing can be missed) and the trace records. Before the ping they were
+ * a second submission and a queue read on the round trip, which the raw
+ * loop, polling its CQ for the immediate, does not have. */
 static int x_ping_imm(void *ctx, uint64_t seq)
 {
 	struct xrun *r = ctx;
 	(void)seq;
-	struct xfer_completion cpl = {.user_data = UD_WRITE};
-	int ret = xfer_write_imm(r->x->e, r->x->peer, IMM_PING(r->c), &cpl);
-	if (!ret)
-		r->writes_out++;
-	return ret;
+	struct xfer_completion cpl = {.user_data = UD_WRITE}, pong = {.user_data = UD_PONG};
+	int ret = 0;
+	if (book_before() && !r->armed && !(ret = xfer_expect_imm(r->x->e, IMM_PONG(r->c), 1, &pong)))
+		r->armed = true;
+	if (ret || (ret = xfer_write_imm(r->x->e, r->x->peer, IMM_PING(r->c), &cpl)))
+		return ret;
+	r->writes_out++;
+	if (!r->armed && (ret = xfer_expect_imm(r->x->e, IMM_PONG(r->c), 1, &pong)))
+		return ret;
+	r->armed = true;
+	if (r->timed && !book_before())
+		drain_traces(r);
+	return 0;
 }
 
 static int x_pong_imm(void *ctx)
 {
 	struct xrun *r = ctx;
 	int res = 0, ret = x_wait_tag(r, UD_PONG, &res);
-	if (ret || (ret = res))
-		return ret;
-	if (r->timed)
+	if (!ret)
+		r->armed = false;
+	if (!ret && !res && r->timed && book_before())
 		drain_traces(r);
-	/* Arm the next round now, outside the timed ping: arrivals before
-	 * arming count, so nothing can be missed. */
-	struct xfer_completion cpl = {.user_data = UD_PONG};
-	return xfer_expect_imm(r->x->e, IMM_PONG(r->c), 1, &cpl);
+	return ret ? ret : res;
 }
 
 static int x_drain_writes(struct xrun *r)
@@ -296,19 +320,41 @@ static int x_stop_imm(void *ctx)
 	struct xrun *r = ctx;
 	uint32_t arrived;
 	int res;
-	/* The next round's expectation is armed: cancel it and reap the
-	 * cancellation, so that nothing of this case is left in the queue. */
-	int ret = xfer_imm_disarm(r->x->e, IMM_PONG(r->c), &arrived);
-	if (!ret)
-		ret = x_wait_tag(r, UD_PONG, &res);
-	if (ret)
-		return ret;
+	/* A round that failed after its ping left its expectation armed:
+	 * cancel it and reap the cancellation, so that nothing of this case
+	 * is left in the queue. */
+	if (r->armed) {
+		int ret = xfer_imm_disarm(r->x->e, IMM_PONG(r->c), &arrived);
+		if (!ret)
+			ret = x_wait_tag(r, UD_PONG, &res);
+		if (ret)
+			return ret;
+		r->armed = false;
+	}
 	struct xfer_completion cpl = {.user_data = UD_WRITE};
-	ret = xfer_write_imm(r->x->e, r->x->peer, IMM_STOP(r->c), &cpl);
+	int ret = xfer_write_imm(r->x->e, r->x->peer, IMM_STOP(r->c), &cpl);
 	if (!ret)
 		r->writes_out++;
 	int dret = x_drain_writes(r);
 	return ret ? ret : dret;
+}
+
+/* Non-blocking: reaps our SEND completions; the first failure, or 0. */
+static int reap_sends(xfer_engine_t *e, uint64_t *out)
+{
+	struct xfer_cqe cq[16];
+	int n = xfer_cq_poll(e, cq, 16), ret = 0;
+	for (int i = 0; i < n; i++) {
+		if (cq[i].user_data != UD_WRITE) {
+			fprintf(stderr, "xfer-bench: stray completion %llx\n",
+				(unsigned long long)cq[i].user_data);
+			continue;
+		}
+		(*out)--;
+		if (cq[i].res && !ret)
+			ret = cq[i].res;
+	}
+	return ret;
 }
 
 static int x_send_msg(struct xrun *r, char tag)
@@ -317,23 +363,26 @@ static int x_send_msg(struct xrun *r, char tag)
 	struct xfer_completion cpl = {.user_data = UD_WRITE};
 	int ret;
 	/* The bounce buffers are few: a full engine answers -EAGAIN until reaped. */
-	while ((ret = xfer_send(r->x->e, r->x->peer, r->src, r->c->bytes, &cpl)) == -EAGAIN) {
-		struct xfer_cqe c[16];
-		int n = xfer_cq_poll(r->x->e, c, 16);
-		for (int i = 0; i < n; i++)
-			if (c[i].user_data == UD_WRITE)
-				r->writes_out--;
-		/* A failed SEND surfaces in x_pong_send or x_drain_writes. */
-	}
+	while ((ret = xfer_send(r->x->e, r->x->peer, r->src, r->c->bytes, &cpl)) == -EAGAIN)
+		if ((ret = reap_sends(r->x->e, &r->writes_out)))
+			return ret;
 	if (!ret)
 		r->writes_out++;
 	return ret;
 }
 
+/* The ping first, then the round's bookkeeping while it travels (as in
+ * x_ping_imm): the completions of earlier SENDs and the trace records. */
 static int x_ping_send(void *ctx, uint64_t seq)
 {
+	struct xrun *r = ctx;
 	(void)seq;
-	return x_send_msg(ctx, 'P');
+	int ret = x_send_msg(r, 'P');
+	if (!ret && !book_before())
+		ret = reap_sends(r->x->e, &r->writes_out);
+	if (!ret && r->timed && !book_before())
+		drain_traces(r);
+	return ret;
 }
 
 static int x_pong_send(void *ctx)
@@ -353,16 +402,9 @@ static int x_pong_send(void *ctx)
 		fprintf(stderr, "xfer-bench: verify: send reply payload differs\n");
 		return -EILSEQ;
 	}
-	struct xfer_cqe c[16];
-	int n = xfer_cq_poll(r->x->e, c, 16);
-	for (int i = 0; i < n; i++) {
-		if (c[i].user_data != UD_WRITE)
-			continue;
-		if (c[i].res)
-			return c[i].res;
-		r->writes_out--;
-	}
-	if (r->timed)
+	if (book_before() && (ret = reap_sends(r->x->e, &r->writes_out)))
+		return ret;
+	if (r->timed && book_before())
 		drain_traces(r);
 	return 0;
 }
@@ -418,9 +460,6 @@ int xfer_init_case(struct xside *x, struct ctl *ctl, const struct bench_case *c,
 		break;
 	}
 	case OP_IMM: {
-		struct xfer_completion cpl = {.user_data = UD_PONG};
-		if ((ret = xfer_expect_imm(x->e, IMM_PONG(c), 1, &cpl)))
-			goto fail;
 		struct pp_ops o = {.ctx = &r, .ping = x_ping_imm, .pong = x_pong_imm,
 				   .stop = x_stop_imm, .phase = x_phase};
 		ret = drive_pingpong(&o, lim, m);
@@ -514,24 +553,6 @@ static int t_serve_imm(struct xside *x, struct ctl *ctl, const struct bench_case
 		} else if (ud == UD_PING) {
 			armed = false;
 		}
-	}
-	return ret;
-}
-
-/* Non-blocking: reaps our SEND completions; the first failure, or 0. */
-static int reap_sends(xfer_engine_t *e, uint64_t *out)
-{
-	struct xfer_cqe cq[16];
-	int n = xfer_cq_poll(e, cq, 16), ret = 0;
-	for (int i = 0; i < n; i++) {
-		if (cq[i].user_data != UD_WRITE) {
-			fprintf(stderr, "xfer-bench: target: stray completion %llx\n",
-				(unsigned long long)cq[i].user_data);
-			continue;
-		}
-		(*out)--;
-		if (cq[i].res && !ret)
-			ret = cq[i].res;
 	}
 	return ret;
 }

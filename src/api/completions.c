@@ -43,11 +43,13 @@ int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
 static int spin_for(uint64_t end, int (*try)(void *), void *arg)
 {
 	int n;
+	const bool pause = xi_spin_pauses();
 	for (unsigned spins = 0; (n = try(arg)) == 0; spins++) {
 		/* The clock is cheap (vDSO) but not free: look every 64 polls. */
 		if ((spins & 63) == 0 && xi_now_ns() >= end)
 			return -ETIMEDOUT;
-		xi_cpu_relax();
+		if (pause)
+			xi_cpu_relax();
 	}
 	return n;
 }

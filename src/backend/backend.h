@@ -122,6 +122,12 @@ struct xfer_nic {
 	/* Set before open: 0 never ask for FI_HMEM, 1 where it can help, 2 from
 	 * every provider (XFER_GPU_NATIVE=1, for tests). */
 	uint8_t want_hmem;
+	/* Set before open: the worker never sleeps (busy-poll mode, or spin_us
+	 * XFER_SPIN_FOREVER), so the NIC needs no wait object; libfabric opens
+	 * its CQ without one (FI_WAIT_NONE, as the raw loop of xfer-bench does;
+	 * tcp;ofi_rxm 1.17 then progresses with poll() instead of epoll_wait()
+	 * on a wait set, by strace on the 2-vCPU machine). */
+	bool no_wait;
 	/* The provider registers device memory in place (FI_HMEM), so GPU regions
 	 * need no host mirror. Cleared when such a registration fails for good. */
 	atomic_bool gpu_native;

@@ -26,6 +26,7 @@ static int open_nics(xfer_engine_t *e)
 		struct xfer_nic *nic = &e->nics[e->nnics];
 		nic->index = e->nnics;
 		nic->want_hmem = e->gpu_native;
+		nic->no_wait = e->attr.busy_poll || e->attr.spin_us == XFER_SPIN_FOREVER;
 		ret = e->ops.open(nic, e->provider_req, name);
 		if (ret) {
 			xerr("no usable NIC %s for provider %s: %s", name ? name : "(first)",

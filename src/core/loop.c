@@ -252,6 +252,7 @@ static int await_reply(struct worker *w)
 	 * alone can outlast the watch. */
 	uint64_t end = xi_now_ns() + w->reply_watch_ns;
 	int n = 0;
+	const bool pause = xi_spin_pauses();
 	for (unsigned i = 1;; i++) {
 		if (!xi_mpmc_empty_hint(q)) {
 			n += take_submissions(w);
@@ -267,7 +268,8 @@ static int await_reply(struct worker *w)
 		/* A clock read (vDSO) every 16 looks keeps the watch cheap. */
 		if ((i & 15) == 0 && xi_now_ns() >= end)
 			return n;
-		xi_cpu_relax();
+		if (pause)
+			xi_cpu_relax();
 	}
 }
 

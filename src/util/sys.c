@@ -73,14 +73,33 @@ static bool spin_yields_now(void)
 	return n > 0 && n <= 4;
 }
 
-bool xi_spin_yields(void)
+/* Cached as xi_spin_yields is: 0 unknown, 1 no, 2 yes. */
+static bool cached_flag(atomic_int *cached, bool (*now)(void))
 {
-	/* 0 unknown, 1 no, 2 yes: racing first callers compute the same. */
-	static atomic_int cached;
-	int c = atomic_load_explicit(&cached, memory_order_relaxed);
+	int c = atomic_load_explicit(cached, memory_order_relaxed);
 	if (!c) {
-		c = spin_yields_now() ? 2 : 1;
-		atomic_store_explicit(&cached, c, memory_order_relaxed);
+		c = now() ? 2 : 1;
+		atomic_store_explicit(cached, c, memory_order_relaxed);
 	}
 	return c == 2;
+}
+
+/* XFER_SPIN_PAUSE=0: no pause hint in the busy-poll waits. */
+static bool spin_pauses_now(void)
+{
+	const char *v = getenv("XFER_SPIN_PAUSE");
+	return !(v && v[0] == '0' && !v[1]);
+}
+
+bool xi_spin_pauses(void)
+{
+	static atomic_int cached;
+	return cached_flag(&cached, spin_pauses_now);
+}
+
+bool xi_spin_yields(void)
+{
+	/* Racing first callers compute the same. */
+	static atomic_int cached;
+	return cached_flag(&cached, spin_yields_now);
 }

@@ -53,5 +53,12 @@ static inline void xi_stat_own_add(atomic_uint_fast64_t *c, uint64_t by)
  * one; with cores to spare the yield is only a system call between a
  * waiter and the news it waits for. Computed once per process. */
 bool xi_spin_yields(void);
+/* Whether the busy-poll waits (the application's xfer_cq_wait and
+ * xfer_recv_wait, the worker's reply watch) pause between polls: yes unless
+ * XFER_SPIN_PAUSE=0. Without it a poll follows the line's arrival sooner
+ * (a pause takes about 140 cycles on Skylake and later Xeons, by Intel's
+ * optimization manual), at the price of a thread that competes harder with
+ * a hyperthread sibling. Computed once per process. */
+bool xi_spin_pauses(void);
 
 #endif

@@ -258,11 +258,22 @@ static void ofi_close(struct xfer_nic *nic)
 	nic->priv = NULL;
 }
 
-static int open_cq(struct ofi_nic *o, size_t size)
+/* A worker that never sleeps never reads the CQ's wait fd (backend.h,
+ * no_wait); XFER_OFI_CQ_WAIT=1 asks for one anyway (the engine before, for
+ * A/B runs), 0 never. */
+static bool want_cq_wait(bool no_wait)
+{
+	const char *v = getenv("XFER_OFI_CQ_WAIT");
+	if (v && *v)
+		return strcmp(v, "0") != 0;
+	return !no_wait;
+}
+
+static int open_cq(struct ofi_nic *o, size_t size, bool no_wait)
 {
 	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_DATA, .size = size, .wait_obj = FI_WAIT_FD};
 	o->wait_fd = -1;
-	if (fi_cq_open(o->domain, &attr, &o->cq, NULL) == 0) {
+	if (want_cq_wait(no_wait) && fi_cq_open(o->domain, &attr, &o->cq, NULL) == 0) {
 		if (fi_control(&o->cq->fid, FI_GETWAIT, &o->wait_fd) == 0)
 			return 0;
 		fi_close(&o->cq->fid);
@@ -446,7 +457,7 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	if (!ret)
 		ret = fi_domain(o->fabric, fi, &o->domain, NULL);
 	if (!ret)
-		ret = open_cq(o, fi->tx_attr->size + fi->rx_attr->size + 64);
+		ret = open_cq(o, fi->tx_attr->size + fi->rx_attr->size + 64, nic->no_wait);
 	if (!ret) {
 		struct fi_av_attr av = {.type = FI_AV_TABLE};
 		ret = fi_av_open(o->domain, &av, &o->av, NULL);
