@@ -25,9 +25,17 @@ static uint32_t ranges_per_notice(const xfer_engine_t *e, const struct op *op)
 	return xi_notice_ranges_max(room < e->attr.msg_max ? room : e->attr.msg_max);
 }
 
+/* Into a mirror the notice names the ranges to copy; a region written in
+ * place (a staged op only because its NICs cannot carry immediates,
+ * nic->imm_by_msg) needs one notice that counts them all. */
+static bool into_mirror(const struct op *op)
+{
+	return dst_of(op)->flags & WIRE_DESC_STAGED;
+}
+
 static uint32_t notice_count(const xfer_engine_t *e, const struct op *op)
 {
-	if (op->s.kind == SUB_WRITE)
+	if (op->s.kind == SUB_WRITE || !into_mirror(op))
 		return 1;
 	uint32_t per = ranges_per_notice(e, op);
 	return (op->s.u.paged.npages + per - 1) / per;
@@ -49,6 +57,11 @@ static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t
 	const bool imm = s->flags & XFER_F_IMM;
 	struct xi_notice n = {.region_id = dst_of(op)->region_id, .imm = s->imm};
 	struct wire_cursor c;
+	if (!into_mirror(op)) {
+		n.count = imm ? (s->kind == SUB_WRITE ? op->shards : s->u.paged.npages) : 0;
+		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+		return xi_notice_end(&c, &n);
+	}
 	if (s->kind == SUB_WRITE) {
 		n.nranges = 1;
 		n.count = imm ? op->shards : 0;
@@ -94,6 +107,27 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 	if (ret)
 		xi_tx_wr_put(w, wr);
 	return ret;
+}
+
+int xi_notice_imm(struct worker *w, const struct op *op, uint32_t i, unsigned n, struct wr *wr)
+{
+	xfer_engine_t *e = w->e;
+	const struct peer *p = &e->peers[xi_op_peer_of(op, i)];
+	if (!xi_peer_live(p))
+		return -XFER_EPEER;
+	uint32_t b;
+	uint8_t *buf = xi_tx_buf(w, &b);
+	if (!buf)
+		return -EAGAIN;
+	struct xi_notice no = {.imm = op->s.imm, .count = 1};
+	struct wire_cursor c;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &no);
+	int len = xi_notice_end(&c, &no);
+	if (len < 0) {
+		xi_tx_buf_put(w, b);
+		return len;
+	}
+	return xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
 }
 
 /* ------------------------------------------------ entry and copy notices */
