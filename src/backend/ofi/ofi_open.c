@@ -406,11 +406,14 @@ static bool is_rxm_verbs(const char *prov)
  * shared receive queue as a RECV, so a write with immediate reaches rxm as
  * a 0-byte message and its immediate is lost (design.md §16.4): on such a
  * NIC writes go without immediates and the core sends each as a notice
- * once the write completed (core/notice.c). Said once per process. */
+ * once the write completed (core/notice.c). Said once per process.
+ * XFER_OFI_IMM_BY_MSG=1 asks it of any provider, so that the host's tests
+ * cover that path on tcp too. */
 static bool imm_by_msg(const char *prov)
 {
 	static atomic_bool told;
-	if (!is_rxm_verbs(prov) || !env_on("FI_OFI_RXM_USE_SRX"))
+	const char *force = getenv("XFER_OFI_IMM_BY_MSG");
+	if (!(force && !strcmp(force, "1")) && !(is_rxm_verbs(prov) && env_on("FI_OFI_RXM_USE_SRX")))
 		return false;
 	if (!atomic_exchange(&told, true))
 		xinfo("%s with a shared receive context (FI_OFI_RXM_USE_SRX=1): immediates follow their "
