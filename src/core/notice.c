@@ -109,37 +109,23 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 	return ret;
 }
 
-int xi_notice_imm(struct worker *w, const struct op *op, uint32_t i, unsigned n, struct wr *wr)
-{
-	xfer_engine_t *e = w->e;
-	const struct peer *p = &e->peers[xi_op_peer_of(op, i)];
-	if (!xi_peer_live(p))
-		return -XFER_EPEER;
-	uint32_t b;
-	uint8_t *buf = xi_tx_buf(w, &b);
-	if (!buf)
-		return -EAGAIN;
-	struct xi_notice no = {.imm = op->s.imm, .count = 1};
-	struct wire_cursor c;
-	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &no);
-	int len = xi_notice_end(&c, &no);
-	if (len < 0) {
-		xi_tx_buf_put(w, b);
-		return len;
-	}
-	return xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
-}
-
 /* ------------------------------------------------ entry and copy notices */
 
 /* The notice of entry wr->slot: one range when its bytes wait in the
  * member's mirror, none after a copy in place. A scatter entry counts one
- * immediate; a copied single or paged write what its requests would have. */
+ * immediate; a copied single or paged write what its requests would have;
+ * a bare immediate (xi_notice_imm) its one. */
 static int build_entry_notice(const xfer_engine_t *e, const struct wr *wr, uint8_t *buf)
 {
 	const struct op *op = wr->op;
 	const struct sub *s = &op->s;
 	const struct xfer_scatter_entry *en = s->kind == SUB_SCATTER ? &s->u.scatter.entries[wr->slot] : NULL;
+	if (s->kind == SUB_IMM || s->kind == SUB_BARRIER) {
+		struct xi_notice n = {.imm = s->imm, .count = 1};
+		struct wire_cursor c;
+		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+		return xi_notice_end(&c, &n);
+	}
 	uint32_t count = en ? 1 : s->kind == SUB_WRITE ? op->shards : s->u.paged.npages;
 	struct xi_notice n = {.region_id = en ? en->dst->region_id : dst_of(op)->region_id, .imm = s->imm,
 			      .count = (s->flags & XFER_F_IMM) ? count : 0, .nranges = wr->staged ? 1 : 0};
@@ -170,6 +156,11 @@ static int notice_try(struct worker *w, struct wr *wr)
 		return len;
 	}
 	return xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
+}
+
+int xi_notice_imm(struct worker *w, struct wr *wr)
+{
+	return notice_try(w, wr);
 }
 
 static void notice_queue(struct worker *w, struct wr *wr)

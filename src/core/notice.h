@@ -32,12 +32,11 @@ void xi_notice_phase(struct worker *w, struct op *op);
 /* Posts notice k of a staged write on NIC n: 0, -EAGAIN, or the error. */
 int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n);
 
-/* Request i of op, an immediate with no data (xfer_write_imm, a barrier's
- * member), as a notice alone on NIC n, for NICs whose writes cannot carry
- * one (nic->imm_by_msg); wr completes it like the write it replaces: 0,
- * -EAGAIN (no bounce buffer yet; the caller holds NIC n's credit), or the
- * error. */
-int xi_notice_imm(struct worker *w, const struct op *op, uint32_t i, unsigned n, struct wr *wr);
+/* Request wr->slot of wr->op, an immediate with no data (xfer_write_imm, a
+ * barrier's member), as a notice alone on NIC wr->nic, for NICs whose writes
+ * cannot carry one (nic->imm_by_msg); wr completes it like the write it
+ * replaces: 0, -EAGAIN (no credit or bounce buffer yet), or the error. */
+int xi_notice_imm(struct worker *w, struct wr *wr);
 
 /* The data of entry wr->slot is in place (wr carried it to a mirror, or its
  * GPU copy finished): its notice goes out when one is due, else wr is freed. */

@@ -259,7 +259,7 @@ static int post_request(struct worker *w, struct op *op, uint32_t i, unsigned n,
 	if (op->s.kind == SUB_SEND) {
 		ret = send_request(w, op, n, wr);
 	} else if ((op->s.kind == SUB_IMM || op->s.kind == SUB_BARRIER) && w->e->nics[n].imm_by_msg) {
-		ret = xi_notice_imm(w, op, i, n, wr);
+		ret = xi_notice_imm(w, wr);
 	} else {
 		struct nic_write nw = {0};
 		ret = build(w, op, i, n, &nw);
