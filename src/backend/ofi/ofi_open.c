@@ -181,8 +181,9 @@ static struct fi_info *pick(const char *provider, const char *domain, int want_h
  * while. ofi_rxm 1.17 over verbs processes its connections' completions
  * when the endpoint closes, and crashed there (SIGSEGV in fi_close) when
  * the peer had closed its side at the same moment: each test pair
- * destroying both engines together hit it about one run in three. A
- * message that arrives during the close still crashes it (design.md §16.4). */
+ * destroying both engines together hit it about one run in three. Without
+ * SRX (rxm_srx below) a message that arrives during the close still
+ * crashes it (design.md §16.4). */
 static void drain_before_close(struct ofi_nic *o)
 {
 	struct fi_cq_data_entry c[16];
