@@ -56,15 +56,17 @@ if [ -n "$RDMA_TESTS" ] || [ "${RDMA_FULL:-0}" = 1 ]; then TWO_NIC_TESTS=$TESTS;
 # (src/backend/ofi/ofi_conn.c), and test_bad_input since its local checks
 # run in a child (a forked peer must not inherit an opened device).
 XFAIL=${RDMA_XFAIL:-}
-# ofi_rxm 1.17 over verbs also crashes now and then (SIGSEGV inside
+# Without rxm's shared receive context (FI_OFI_RXM_USE_SRX=0; xfer turns it
+# on where an RDMA device is present), ofi_rxm 1.17 over verbs also crashes
+# now and then (SIGSEGV inside
 # libfabric.so, +0xb7882 in rxm_post_recv): when rxm closes a connection (the
 # peer disconnected, or our fi_close) while a message of that peer is unread,
 # it frees the verbs endpoint, then reads the CQ and reposts that message's
 # buffer into the freed endpoint. rxm handles disconnects while completions
 # are queued, and the message may be its own credit grant, so no order of
 # xfer's calls avoids it (docs/design.md §16.4; scripts/rdma-loop.sh counts
-# it: 2 to 13 of 80 runs of the four tests that hit it most). "auto" takes the raw
-# ibverbs backend, which does not crash. A verbs test that dies that way is
+# it: 1 to 13 of 80 runs of the four tests that hit it most; 0 of 80 with SRX).
+# "auto" takes the raw ibverbs backend, which does not crash. A verbs test that dies that way is
 # reported PCRASH and counted apart; the checks it had not reached yet did
 # not run.
 

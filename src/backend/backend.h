@@ -133,6 +133,10 @@ struct xfer_nic {
 	atomic_bool gpu_native;
 	bool dmabuf;        /* mr_reg can take a dma-buf (libfabric >= 1.20) */
 	bool delivery_complete; /* a completion means the data is at the target */
+	/* Writes cannot carry an immediate (ofi_rxm's shared receive context on
+	 * verbs, ofi_open.c): the core sends it as a notice once the write
+	 * completed (core/notice.c), and an immediate alone as that notice only. */
+	bool imm_by_msg;
 };
 
 /* Fills every NULL slot of ops with a stub that fails with -EOPNOTSUPP (or,

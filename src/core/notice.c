@@ -26,9 +26,17 @@ static uint32_t ranges_per_notice(const xfer_engine_t *e, const struct op *op)
 	return xi_notice_ranges_max(room < e->attr.msg_max ? room : e->attr.msg_max);
 }
 
+/* Into a mirror the notice names the ranges to copy; a region written in
+ * place (a staged op only because its NICs cannot carry immediates,
+ * nic->imm_by_msg) needs one notice that counts them all. */
+static bool into_mirror(const struct op *op)
+{
+	return dst_of(op)->flags & WIRE_DESC_STAGED;
+}
+
 static uint32_t notice_count(const xfer_engine_t *e, const struct op *op)
 {
-	if (op->s.kind == SUB_WRITE)
+	if (op->s.kind == SUB_WRITE || !into_mirror(op))
 		return 1;
 	uint32_t per = ranges_per_notice(e, op);
 	return (op->s.u.paged.npages + per - 1) / per;
@@ -50,6 +58,11 @@ static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t
 	const bool imm = s->flags & XFER_F_IMM;
 	struct xi_notice n = {.region_id = dst_of(op)->region_id, .imm = s->imm};
 	struct wire_cursor c;
+	if (!into_mirror(op)) {
+		n.count = imm ? (s->kind == SUB_WRITE ? op->shards : s->u.paged.npages) : 0;
+		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+		return xi_notice_end(&c, &n);
+	}
 	if (s->kind == SUB_WRITE) {
 		n.nranges = 1;
 		n.count = imm ? op->shards : 0;
@@ -110,12 +123,19 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 
 /* The notice of entry wr->slot: one range when its bytes wait in the
  * member's mirror, none after a copy in place. A scatter entry counts one
- * immediate; a copied single or paged write what its requests would have. */
+ * immediate; a copied single or paged write what its requests would have;
+ * a bare immediate (xi_notice_imm) its one. */
 static int build_entry_notice(const xfer_engine_t *e, const struct wr *wr, uint8_t *buf)
 {
 	const struct op *op = wr->op;
 	const struct sub *s = &op->s;
 	const struct xfer_scatter_entry *en = s->kind == SUB_SCATTER ? &s->u.scatter.entries[wr->slot] : NULL;
+	if (s->kind == SUB_IMM || s->kind == SUB_BARRIER) {
+		struct xi_notice n = {.imm = s->imm, .count = 1};
+		struct wire_cursor c;
+		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
+		return xi_notice_end(&c, &n);
+	}
 	uint32_t count = en ? 1 : s->kind == SUB_WRITE ? op->shards : s->u.paged.npages;
 	struct xi_notice n = {.region_id = en ? en->dst->region_id : dst_of(op)->region_id, .imm = s->imm,
 			      .count = (s->flags & XFER_F_IMM) ? count : 0, .nranges = wr->staged ? 1 : 0};
@@ -146,6 +166,11 @@ static int notice_try(struct worker *w, struct wr *wr)
 		return len;
 	}
 	return xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
+}
+
+int xi_notice_imm(struct worker *w, struct wr *wr)
+{
+	return notice_try(w, wr);
 }
 
 static void notice_queue(struct worker *w, struct wr *wr)

@@ -8,6 +8,10 @@
  *  - A scatter entry, or a GPU copy, gets one notice, carried by the request
  *    context that carried its data (or reserved for its copy), because
  *    entries are independent.
+ * The same notices, with no ranges, carry the immediates of writes into
+ * regions written in place when the NICs cannot carry them on a write
+ * (nic->imm_by_msg): the op is staged only for that, and its notice goes
+ * once every write completed locally.
  * Once an op is cut short (cancel, deadline, stop) no notice goes out, so no
  * immediate counts for bytes the caller gave up on. The message itself is
  * wire/msg.h's; the copies are gpu/gpu_copy.h's. */
@@ -27,6 +31,12 @@ struct wr;
 void xi_notice_phase(struct worker *w, struct op *op);
 /* Posts notice k of a staged write on NIC n: 0, -EAGAIN, or the error. */
 int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n);
+
+/* Request wr->slot of wr->op, an immediate with no data (xfer_write_imm, a
+ * barrier's member), as a notice alone on NIC wr->nic, for NICs whose writes
+ * cannot carry one (nic->imm_by_msg); wr completes it like the write it
+ * replaces: 0, -EAGAIN (no credit or bounce buffer yet), or the error. */
+int xi_notice_imm(struct worker *w, struct wr *wr);
 
 /* The data of entry wr->slot is in place (wr carried it to a mirror, or its
  * GPU copy finished): its notice goes out when one is due, else wr is freed. */

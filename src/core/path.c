@@ -258,6 +258,8 @@ static int post_request(struct worker *w, struct op *op, uint32_t i, unsigned n,
 	int ret;
 	if (op->s.kind == SUB_SEND) {
 		ret = send_request(w, op, n, wr);
+	} else if ((op->s.kind == SUB_IMM || op->s.kind == SUB_BARRIER) && w->e->nics[n].imm_by_msg) {
+		ret = xi_notice_imm(w, wr);
 	} else {
 		struct nic_write nw = {0};
 		ret = build(w, op, i, n, &nw);
@@ -591,8 +593,9 @@ static int scatter_gpu_request(struct worker *w, struct op *op, uint32_t i, unsi
 			return ret;
 		p = rmr_path(w, dst);
 	}
-	/* Into a staged region the immediate rides on the entry's notice. */
-	return post_request(w, op, i, n, p != &path_staged);
+	/* Into a staged region the immediate rides on the entry's notice, and so
+	 * it does from NICs whose writes cannot carry one. */
+	return post_request(w, op, i, n, p != &path_staged && !w->e->nics[n].imm_by_msg);
 }
 
 static int post_scatter_gpu(struct worker *w, struct op *op)
@@ -608,8 +611,9 @@ static void sent_scatter_gpu(struct worker *w, struct wr *wr, int status)
 	uint32_t i = wr->slot;
 	op->done++;
 	xi_op_entry_status(op, i, status);
-	if (status == 0 && (op->s.u.scatter.entries[i].dst->flags & WIRE_DESC_STAGED))
-		xi_notice_landed(w, wr, true);
+	bool staged = op->s.u.scatter.entries[i].dst->flags & WIRE_DESC_STAGED;
+	if (status == 0 && (staged || w->e->nics[wr->nic].imm_by_msg))
+		xi_notice_landed(w, wr, staged);
 	else
 		xi_tx_wr_put(w, wr);
 	if (status < 0)
@@ -650,16 +654,30 @@ static void write_chunks(const xfer_engine_t *e, struct op *op)
 	}
 }
 
+/* The engine's NICs (one provider, bring-up checks) cannot carry an
+ * immediate on a write, and s has one: its writes go without it and a
+ * notice counts it once they all completed locally, as into a mirror. */
+static bool imm_by_notice(const struct worker *w, const struct sub *s)
+{
+	return w->e->nics[0].imm_by_msg && (s->flags & XFER_F_IMM);
+}
+
+static const struct op_path *in_place(const struct worker *w, const struct sub *s, const struct op_path *p)
+{
+	return p == &path_fabric && imm_by_notice(w, s) ? &path_staged : p;
+}
+
 static const struct op_path *choose(const struct worker *w, const struct sub *s)
 {
 	switch (s->kind) {
 	case SUB_WRITE:
-		return rmr_path(w, s->u.write.dst);
+		return in_place(w, s, rmr_path(w, s->u.write.dst));
 	case SUB_PAGED:
-		return rmr_path(w, s->u.paged.dst);
+		return in_place(w, s, rmr_path(w, s->u.paged.dst));
 	case SUB_SCATTER:
-		return (s->u.scatter.dst_flags & (WIRE_DESC_STAGED | WIRE_DESC_IPC)) ? &path_scatter_gpu
-										    : &path_fabric;
+		return (s->u.scatter.dst_flags & (WIRE_DESC_STAGED | WIRE_DESC_IPC)) || imm_by_notice(w, s)
+			       ? &path_scatter_gpu
+			       : &path_fabric;
 	default:
 		return &path_fabric;
 	}
@@ -696,7 +714,11 @@ void xi_path_accept(struct worker *w, const struct sub *s)
 	const xfer_mr_t *src = source_of(op);
 	op->src_mirror = src && src->gpu >= 0 && src->reg_buf;
 	op->path = choose(w, s);
-	xi_op_enqueue(w, op);
+	/* A staged write of no bytes has nothing to land: its notice alone. */
+	if (op->path == &path_staged && s->kind == SUB_WRITE && !s->u.write.len)
+		xi_notice_phase(w, op);
+	else
+		xi_op_enqueue(w, op);
 }
 
 /* Ops behind a FIFO head that waits whose source staging may start now. */

@@ -50,7 +50,10 @@ static void submit_pages(struct fault_init *f, uint64_t base)
 					      .src_pages = idx, .src_stride = K_PAGE, .dst_pages = idx,
 					      .dst_stride = K_PAGE, .npages = K_PAGES, .imm = 7,
 					      .flags = XFER_F_IMM};
-		struct xfer_completion c = {.user_data = base + k, .timeout_ms = 3000};
+		/* Scaled: where immediates follow as notices (verbs with SRX) the
+		 * target counts none before a whole write of 10,000 pages has
+		 * completed, which takes over 3 s on two NICs in the rxe VM. */
+		struct xfer_completion c = {.user_data = base + k, .timeout_ms = 3000ull * t_time_scale()};
 		CHECK_OK(xfer_write_paged(f->e, &pw, &c));
 	}
 }
@@ -60,7 +63,7 @@ static int kill_init(struct fault_init *f)
 	t_child_may_die = 0;
 	submit_pages(f, 500);
 	int32_t res[K_CALLS];
-	/* Within the operations' deadline (3 s) plus slack: never a hang. */
+	/* Within the operations' deadline (3 s, scaled) plus slack: never a hang. */
 	reap_exactly(f->e, 500, K_CALLS, res, 6000);
 	int failed = 0;
 	for (int k = 0; k < K_CALLS; k++) {
@@ -82,7 +85,8 @@ static int kill_init(struct fault_init *f)
 
 static int kill_target(struct fault_target *t)
 {
-	struct xfer_completion c = {.user_data = 1, .timeout_ms = 10000};
+	/* The first 50 pages' immediates, or (notices) the first write's. */
+	struct xfer_completion c = {.user_data = 1, .timeout_ms = 10000ull * t_time_scale()};
 	CHECK_OK(xfer_expect_imm(t->e, 7, 50, &c));
 	CHECK_RC(t_wait_cqe(t->e, 10000).res, 0);
 	raise(SIGKILL);

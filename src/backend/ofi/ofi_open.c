@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -180,8 +181,9 @@ static struct fi_info *pick(const char *provider, const char *domain, int want_h
  * while. ofi_rxm 1.17 over verbs processes its connections' completions
  * when the endpoint closes, and crashed there (SIGSEGV in fi_close) when
  * the peer had closed its side at the same moment: each test pair
- * destroying both engines together hit it about one run in three. A
- * message that arrives during the close still crashes it (design.md §16.4). */
+ * destroying both engines together hit it about one run in three. Without
+ * SRX (rxm_srx below) a message that arrives during the close still
+ * crashes it (design.md §16.4). */
 static void drain_before_close(struct ofi_nic *o)
 {
 	struct fi_cq_data_entry c[16];
@@ -389,18 +391,62 @@ static void av_remove_cleanup(void)
  * endpoint (SIGSEGV) when a message of that peer is still unread: it closes
  * connections itself when a peer disconnects, and handles such events while
  * completions are queued (docs/design.md §16.4). No order of our calls
- * avoids it, and a peer that dies cannot say goodbye first, so the user who
- * picked this path hears it once; the raw backend ("ibverbs", what "auto"
- * takes on an RDMA port) owns its queue pairs and does not crash. */
+ * avoids it. With a shared receive context (FI_OFI_RXM_USE_SRX=1) rxm
+ * posts its receive buffers there, not to each connection's endpoint, and
+ * reposts into the live context: so it is on where an RDMA device is
+ * present, unless the user chose. Read once, at init, like the others. */
+static void rxm_srx(void)
+{
+	if (xi_ibv_min_cqe() > 0)
+		setenv("FI_OFI_RXM_USE_SRX", "1", 0);
+}
+
+/* libfabric's reading of a boolean variable (fi_param_get_bool). */
+static bool env_on(const char *name)
+{
+	const char *v = getenv(name);
+	return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+		     !strcasecmp(v, "on"));
+}
+
+static bool is_rxm_verbs(const char *prov)
+{
+	return strstr(prov, "verbs") && strstr(prov, "ofi_rxm");
+}
+
+/* With SRX, verbs (1.17's vrb_poll_cq) reports every completion of the
+ * shared receive queue as a RECV, so a write with immediate reaches rxm as
+ * a 0-byte message and its immediate is lost (design.md §16.4): on such a
+ * NIC writes go without immediates and the core sends each as a notice
+ * once the write completed (core/notice.c). Said once per process.
+ * XFER_OFI_IMM_BY_MSG=1 asks it of any provider, so that the host's tests
+ * cover that path on tcp too. */
+static bool imm_by_msg(const char *prov)
+{
+	static atomic_bool told;
+	const char *force = getenv("XFER_OFI_IMM_BY_MSG");
+	if (!(force && !strcmp(force, "1")) && !(is_rxm_verbs(prov) && env_on("FI_OFI_RXM_USE_SRX")))
+		return false;
+	if (!atomic_exchange(&told, true))
+		xinfo("%s with a shared receive context (FI_OFI_RXM_USE_SRX=1): immediates follow their "
+		      "writes as messages, not as write-with-immediate",
+		      prov);
+	return true;
+}
+
+/* Without SRX (the user turned it off) the crash above stays possible on
+ * libfabric 1.17 and older: the user who chose that hears it once; the raw
+ * backend ("ibverbs", what "auto" takes on an RDMA port) owns its queue
+ * pairs and does not crash. */
 static void warn_rxm_teardown(const char *prov)
 {
 	static atomic_bool told;
-	if (!strstr(prov, "verbs") || !strstr(prov, "ofi_rxm") || fi_version() > FI_VERSION(1, 17) ||
+	if (!is_rxm_verbs(prov) || env_on("FI_OFI_RXM_USE_SRX") || fi_version() > FI_VERSION(1, 17) ||
 	    atomic_exchange(&told, true))
 		return;
-	xwarn("%s on libfabric %u.%u: ofi_rxm can crash (SIGSEGV) when a peer disconnects while one of "
-	      "its messages is unread; provider \"ibverbs\" is the RDMA path without that fault "
-	      "(docs/design.md §16.4)",
+	xwarn("%s on libfabric %u.%u without FI_OFI_RXM_USE_SRX: ofi_rxm can crash (SIGSEGV) when a peer "
+	      "disconnects while one of its messages is unread; provider \"ibverbs\", or SRX, is "
+	      "without that fault (docs/design.md §16.4)",
 	      prov, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
 }
 
@@ -416,6 +462,7 @@ static int ofi_open(struct xfer_nic *nic, const char *provider, const char *doma
 		if (may_open_verbs(provider)) {
 			fit_rxm_cq();
 			av_remove_cleanup();
+			rxm_srx();
 		}
 	}
 	first_done = true;
@@ -494,6 +541,7 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 	atomic_store(&nic->gpu_native, (fi->caps & FI_HMEM) != 0);
 	nic->dmabuf = OFI_HAVE_DMABUF && (fi->caps & FI_HMEM);
 	nic->delivery_complete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
+	nic->imm_by_msg = imm_by_msg(fi->fabric_attr->prov_name);
 	xinfo("NIC %u: %s on %s, mr_mode 0x%llx, tx %u rx %u, wait fd %d, GPU memory %s, senders %s",
 	      nic->index, nic->provider, nic->domain, (unsigned long long)o->mr_mode, nic->tx_size,
 	      nic->rx_size, o->wait_fd, (fi->caps & FI_HMEM) ? "native (FI_HMEM)" : "staged",
