@@ -50,6 +50,16 @@ void xi_notice_phase(struct worker *w, struct op *op)
 	xi_op_enqueue(w, op);
 }
 
+/* A notice that names no ranges (nothing to copy out of a mirror): it
+ * counts n->count immediates, or with none announces a copy to come
+ * (xi_notice_ahead). Its length, or -ENOSPC. */
+static int encode_rangeless(const xfer_engine_t *e, uint8_t *buf, const struct xi_notice *n)
+{
+	struct wire_cursor c;
+	xi_notice_begin(&c, buf, e->slot_bytes, e->id, n);
+	return xi_notice_end(&c, n);
+}
+
 /* Notice k of a staged write: a single write's one range (its shards count
  * as one immediate each), or the k-th run of a paged write's pages. */
 static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t k, uint8_t *buf)
@@ -57,12 +67,11 @@ static int build_op_notice(const xfer_engine_t *e, const struct op *op, uint32_t
 	const struct sub *s = &op->s;
 	const bool imm = s->flags & XFER_F_IMM;
 	struct xi_notice n = {.region_id = dst_of(op)->region_id, .imm = s->imm};
-	struct wire_cursor c;
 	if (!into_mirror(op)) {
 		n.count = imm ? (s->kind == SUB_WRITE ? op->shards : s->u.paged.npages) : 0;
-		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
-		return xi_notice_end(&c, &n);
+		return encode_rangeless(e, buf, &n);
 	}
+	struct wire_cursor c;
 	if (s->kind == SUB_WRITE) {
 		n.nranges = 1;
 		n.count = imm ? op->shards : 0;
@@ -130,12 +139,8 @@ static int build_entry_notice(const xfer_engine_t *e, const struct wr *wr, uint8
 	const struct op *op = wr->op;
 	const struct sub *s = &op->s;
 	const struct xfer_scatter_entry *en = s->kind == SUB_SCATTER ? &s->u.scatter.entries[wr->slot] : NULL;
-	if (s->kind == SUB_IMM || s->kind == SUB_BARRIER) {
-		struct xi_notice n = {.imm = s->imm, .count = 1};
-		struct wire_cursor c;
-		xi_notice_begin(&c, buf, e->slot_bytes, e->id, &n);
-		return xi_notice_end(&c, &n);
-	}
+	if (s->kind == SUB_IMM || s->kind == SUB_BARRIER)
+		return encode_rangeless(e, buf, &(struct xi_notice){.imm = s->imm, .count = 1});
 	uint32_t count = en ? 1 : s->kind == SUB_WRITE ? op->shards : s->u.paged.npages;
 	struct xi_notice n = {.region_id = en ? en->dst->region_id : dst_of(op)->region_id, .imm = s->imm,
 			      .count = (s->flags & XFER_F_IMM) ? count : 0, .nranges = wr->staged ? 1 : 0};
@@ -256,10 +261,7 @@ void xi_notice_ahead(struct worker *w, const struct op *op, uint64_t bytes)
 	struct wr *wr = notice_wr(w, &b, &buf);
 	if (!wr)
 		return;
-	struct xi_notice nt = {.region_id = dst_of(op)->region_id, .imm = s->imm};
-	struct wire_cursor c;
-	xi_notice_begin(&c, buf, e->slot_bytes, e->id, &nt);
-	int len = xi_notice_end(&c, &nt);
+	int len = encode_rangeless(e, buf, &(struct xi_notice){.region_id = dst_of(op)->region_id, .imm = s->imm});
 	/* Completes like a copy's detached notice (xi_notice_done). */
 	*wr = (struct wr){.op = NULL, .slot = s->peer, .nic = (uint8_t)n, .kind = WR_NOTICE, .sendbuf = UINT32_MAX};
 	if (len < 0 || xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr)) {
