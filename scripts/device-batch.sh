@@ -26,6 +26,9 @@ for spec in "$@"; do
 	# one folder per spec: the same script may run in several trees
 	res=$work/$name-$tree
 	[ "$tree" = "$name" ] && res=$work/$name
+	# the same script twice in one tree (two plans): a folder each, -2, -3, ...
+	n=1 base=$res
+	while [ -e "$res" ]; do n=$((n + 1)) res=$base-$n; done
 	mkdir -p "$res"
 	t0=$SECONDS
 	envvar=ENV_$name
