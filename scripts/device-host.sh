@@ -171,6 +171,7 @@ if [ "$plan" = pp ]; then
 fi
 if [ "$plan" = sys ]; then
 	st=${XFER_HOST_STRACE:-$build/strace/strace}
+	chmod +x "$st" 2>/dev/null
 	[ -x "$st" ] || st=$(command -v strace || true)
 	stlib=$(dirname "$st")
 	if [ -z "$st" ] || ! LD_LIBRARY_PATH=$stlib:$LD_LIBRARY_PATH "$st" -V >"$out/strace.txt" 2>&1; then
