@@ -256,6 +256,15 @@ struct row *report_add_ucx(struct report *r, const struct bench_case *c, double 
 	return w;
 }
 
+/* A row's op, bytes and pages: the key of the trace tables' lines. */
+static void print_row_key(FILE *f, const struct row *w)
+{
+	char pages[16] = "-";
+	if (w->op == OP_PAGED)
+		snprintf(pages, sizeof(pages), "%u", w->pages);
+	fprintf(f, "%-7s %9llu %6s", bench_op_name[w->op], (unsigned long long)w->bytes, pages);
+}
+
 static void print_overhead(struct report *r)
 {
 	bool any = false;
@@ -274,10 +283,7 @@ static void print_overhead(struct report *r)
 		const struct row *w = &r->rows[i];
 		if (!w->has_ov)
 			continue;
-		char pages[16] = "-";
-		if (w->op == OP_PAGED)
-			snprintf(pages, sizeof(pages), "%u", w->pages);
-		fprintf(r->tab, "%-7s %9llu %6s", bench_op_name[w->op], (unsigned long long)w->bytes, pages);
+		print_row_key(r->tab, w);
 		for (int k = 0; k < OV_COUNT; k++) {
 			char cell[64];
 			snprintf(cell, sizeof(cell), "%.2f / %.2f / %.2f / %.2f", w->ov[k][0], w->ov[k][1],
@@ -306,11 +312,9 @@ static void print_raw_posts(struct report *r)
 		const struct row *w = &r->rows[i];
 		if (!w->has_post)
 			continue;
-		char pages[16] = "-";
-		if (w->op == OP_PAGED)
-			snprintf(pages, sizeof(pages), "%u", w->pages);
-		fprintf(r->tab, "%-7s %9llu %6s  %.2f / %.2f / %.2f / %.2f\n", bench_op_name[w->op],
-			(unsigned long long)w->bytes, pages, w->post[0], w->post[1], w->post[2], w->post[3]);
+		print_row_key(r->tab, w);
+		fprintf(r->tab, "  %.2f / %.2f / %.2f / %.2f\n", w->post[0], w->post[1], w->post[2],
+			w->post[3]);
 	}
 }
 
