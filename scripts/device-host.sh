@@ -44,7 +44,8 @@
 #   round trips x 3 turns) between the CPU pairs that --cpu-pin uses
 #   (0-1, 15-14: application and worker; 0-15: the raw loop's) and a few
 #   others, packed+own (the engine's) p50 per pair in table.txt.
-#   XFER_HOST_VS_TP_ROWS replaces the throughput rows' options;
+#   XFER_HOST_VS_TP_ROWS replaces the throughput rows' options (+ for a
+#   space);
 #   XFER_HOST_VS_PP and XFER_HOST_VS_TP replace the two lists of
 #   PROVIDER:MODE:on|off:VAR=value (or -), comma-separated (see the plan);
 #   XFER_HOST_VS_PAIRS the CPU pairs (A-B,..., or none)
@@ -232,6 +233,7 @@ if [ "$plan" = vs ]; then
 		rounds=${XFER_HOST_PP_ROUNDS:-7} run_list "$pp_list" pp$r $pp
 	done
 	tp_tcp=${XFER_HOST_VS_TP_ROWS:-"--op single,paged --size 1K,64K --page-size 1K,4K --pages 10000"}
+	tp_tcp=${tp_tcp//+/ } # + for a space: device-batch splits ENV_host at spaces
 	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
 	for r in $(seq 1 "${XFER_HOST_VS_TP_REPS:-2}"); do
 		secs=$tps rounds=$tpr run_list "$tp_list" tp$r $tp_tcp
