@@ -44,12 +44,8 @@ int xi_worker_setup(struct worker *w)
 	/* Where threads yield their spins (few CPUs), the application's thread
 	 * may need this very CPU to answer: watching would only delay it. */
 	w->reply_watch_ns = w->e->attr.busy_poll && !xi_spin_yields() ? REPLY_WATCH_NS : 0;
-	/* Set, it applies in the default mode too: there the worker also polls
-	 * the provider while the application answers, and on tcp;ofi_rxm each
-	 * such poll drains the CQ's wake-up signal that the answer's send then
-	 * writes again (docs/performance.md, "Issue 15, branch tcp7"). */
 	const char *v = getenv("XFER_REPLY_WATCH_NS");
-	if (v) {
+	if (v && w->e->attr.busy_poll) {
 		char *end;
 		unsigned long long ns = strtoull(v, &end, 10);
 		if (end != v && !*end)
