@@ -54,8 +54,7 @@
 #   (scripts/host-syscalls.py): tcp send 1K and imm ping-pongs, single 1K
 #   (64 in flight) and paged 1K x 10,000, busy-poll (the send ping-pong
 #   also without the reply watch, XFER_REPLY_WATCH_NS=0); then the send
-#   ping-pong in the default mode, default with the reply watch
-#   (XFER_REPLY_WATCH_NS=1500) and busy-poll with the watch at 4 us; --cpu-pin on, raw baseline in the same
+#   ping-pong in the default mode and busy-poll with the watch at 4 us; --cpu-pin on, raw baseline in the same
 #   process (its loop is each process's thread t0, xfer's worker t1). The
 #   machine has no strace: BUILD/strace/strace (with the libraries it needs
 #   beside it) is carried, else XFER_HOST_STRACE; the traces stay in /tmp
@@ -184,7 +183,7 @@ if [ "$plan" = sys ]; then
 	tr=$(mktemp -d)
 	trap 'rm -rf "$tr"; pack' EXIT
 	pp1="--op+send+--size+1K" pp2="--op+imm+--size+1K"
-	sys_list=${XFER_HOST_SYS:-send-busy:on:-:500:1500:$pp1,send-nowatch:on:XFER_REPLY_WATCH_NS=0:500:1500:$pp1,imm-busy:on:-:500:1500:$pp2,single1K-busy:on:-:5000:15000:--op+single+--size+1K,paged1K-busy:on:-:2:4:--op+paged+--page-size+1K+--pages+10000,send-default:off:-:500:1500:$pp1,send-defwatch:off:XFER_REPLY_WATCH_NS=1500:500:1500:$pp1,send-watch4us:on:XFER_REPLY_WATCH_NS=4000:500:1500:$pp1}
+	sys_list=${XFER_HOST_SYS:-send-busy:on:-:500:1500:$pp1,send-nowatch:on:XFER_REPLY_WATCH_NS=0:500:1500:$pp1,imm-busy:on:-:500:1500:$pp2,single1K-busy:on:-:5000:15000:--op+single+--size+1K,paged1K-busy:on:-:2:4:--op+paged+--page-size+1K+--pages+10000,send-default:off:-:500:1500:$pp1,send-watch4us:on:XFER_REPLY_WATCH_NS=4000:500:1500:$pp1}
 	calls="write,read,sendmsg,sendto,recvfrom,recvmsg,poll,epoll_wait,clone,clone3"
 	for e in ${sys_list//,/ }; do
 		IFS=: read -r name bp ev n1 n2 opts <<<"$e"
