@@ -44,9 +44,23 @@
 #   round trips x 3 turns) between the CPU pairs that --cpu-pin uses
 #   (0-1, 15-14: application and worker; 0-15: the raw loop's) and a few
 #   others, packed+own (the engine's) p50 per pair in table.txt.
+#   XFER_HOST_VS_TP_ROWS replaces the throughput rows' options (+ for a
+#   space);
 #   XFER_HOST_VS_PP and XFER_HOST_VS_TP replace the two lists of
 #   PROVIDER:MODE:on|off:VAR=value (or -), comma-separated (see the plan);
 #   XFER_HOST_VS_PAIRS the CPU pairs (A-B,..., or none)
+#  sys (about 90 s): system calls per operation of each thread, from two
+#   `strace -f` runs of one row that differ only in --iters
+#   (scripts/host-syscalls.py): tcp send 1K and imm ping-pongs, single 1K
+#   (64 in flight) and paged 1K x 10,000, busy-poll (the send ping-pong
+#   also without the reply watch, XFER_REPLY_WATCH_NS=0); then the send
+#   ping-pong in the default mode and busy-poll with the watch at 4 us; --cpu-pin on, raw baseline in the same
+#   process (its loop is each process's thread t0, xfer's worker t1). The
+#   machine has no strace: BUILD/strace/strace (with the libraries it needs
+#   beside it) is carried, else XFER_HOST_STRACE; the traces stay in /tmp
+#   (large: the busy workers' polls) and only the counts come back, in
+#   table.txt. Rows: XFER_HOST_SYS (NAME:BUSY_POLL:VAR=value|-:N1:N2:ROW
+#   OPTIONS with + for spaces, separated by commas).
 #  reps (about 150 s: run host3-3's ping-pong steps took 3 s each, a
 #   throughput step ~10 s): first xfer-bench-handoff (tests/bench_handoff.c:
 #   the submission queue's round trip between CPUs 0 and 1, the whole
@@ -65,10 +79,10 @@
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120; 230 for
 # reps) and cuts each step's timeout to what is left of it.
 set -uo pipefail
-out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps|vs] [BUILD [OLD_BUILD [AB_BUILD]]]}
+out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps|vs|sys] [BUILD [OLD_BUILD [AB_BUILD]]]}
 shift
 plan=${XFER_HOST_PLAN:-full}
-case "${1:-}" in full | left | pp | reps | vs) plan=$1 && shift ;; esac
+case "${1:-}" in full | left | pp | reps | vs | sys) plan=$1 && shift ;; esac
 build=$(cd "${1:-build}" && pwd) || exit 1
 old=${2:-}
 abnew=$(cd "${3:-$build}" && pwd) || exit 1
@@ -92,6 +106,7 @@ rows="--op single,paged,imm,send --size 1K,64K,1M,16M --page-size 1K,4K,64K --pa
 budget_default=120
 [ "$plan" = reps ] && budget_default=230
 [ "$plan" = vs ] && budget_default=190
+[ "$plan" = sys ] && budget_default=150
 budget=${XFER_HOST_BUDGET_S:-$budget_default}
 fails=0
 step() { # name, seconds, command...
@@ -156,6 +171,44 @@ if [ "$plan" = pp ]; then
 	echo "device-host: $fails step(s) failed"
 	exit $((fails > 0))
 fi
+if [ "$plan" = sys ]; then
+	st=${XFER_HOST_STRACE:-$build/strace/strace}
+	chmod +x "$st" 2>/dev/null
+	[ -x "$st" ] || st=$(command -v strace || true)
+	stlib=$(dirname "$st")
+	if [ -z "$st" ] || ! LD_LIBRARY_PATH=$stlib:$LD_LIBRARY_PATH "$st" -V >"$out/strace.txt" 2>&1; then
+		echo "device-host: no strace that runs here (carry BUILD/strace)" | tee "$out/table.txt"
+		exit 1
+	fi
+	tr=$(mktemp -d)
+	trap 'rm -rf "$tr"; pack' EXIT
+	pp1="--op+send+--size+1K" pp2="--op+imm+--size+1K"
+	sys_list=${XFER_HOST_SYS:-send-busy:on:-:500:1500:$pp1,send-nowatch:on:XFER_REPLY_WATCH_NS=0:500:1500:$pp1,imm-busy:on:-:500:1500:$pp2,single1K-busy:on:-:5000:15000:--op+single+--size+1K,paged1K-busy:on:-:2:4:--op+paged+--page-size+1K+--pages+10000,send-default:off:-:500:1500:$pp1,send-watch4us:on:XFER_REPLY_WATCH_NS=4000:500:1500:$pp1}
+	calls="write,read,sendmsg,sendto,recvfrom,recvmsg,poll,epoll_wait,clone,clone3"
+	for e in ${sys_list//,/ }; do
+		IFS=: read -r name bp ev n1 n2 opts <<<"$e"
+		[ "$ev" = - ] && ev=XFER_HOST_PLAN=sys
+		f0=$fails
+		for n in $n1 $n2; do
+			# shellcheck disable=SC2086 # the row's options are a word list
+			step "sys-$name-$n" 60 env "$ev" LD_LIBRARY_PATH="$stlib:$LD_LIBRARY_PATH" "$st" -f -qq \
+				-e trace=$calls -o "$tr/$name-$n.tr" "$build/bin/xfer-bench" --provider tcp \
+				--baseline raw --cpu-pin on --busy-poll "$bp" --rounds 1 --no-trace --iters "$n" ${opts//+/ }
+		done
+		# The bench warms up with iters/10 calls (1 to 1000) before each
+		# timed phase, so a run of N iterations makes N + min(N/10, 1000).
+		w1=$((n1 / 10 > 1000 ? 1000 : n1 / 10 ? n1 / 10 : 1))
+		w2=$((n2 / 10 > 1000 ? 1000 : n2 / 10 ? n2 / 10 : 1))
+		# Only two complete runs (a step cut by the budget leaves half a trace).
+		[ "$fails" = "$f0" ] &&
+			{ python3 "$here/host-syscalls.py" "$tr/$name-$n1.tr" $((n1 + w1)) "$tr/$name-$n2.tr" \
+				$((n2 + w2)) "$name ($ev)" >>"$out/table.txt" 2>&1 || fails=$((fails + 1)); }
+		rm -f "$tr/$name-$n1.tr" "$tr/$name-$n2.tr"
+	done
+	cat "$out/table.txt"
+	echo "device-host: $fails step(s) failed"
+	exit $((fails > 0))
+fi
 if [ "$plan" = vs ]; then
 	# Lists of PROVIDER:MODE:BUSY_POLL:VAR=value (or -), comma-separated.
 	pp_list=${XFER_HOST_VS_PP:-shm:busy:on:-,shm:book:on:XFER_BENCH_PP_BOOK=before,shm:nopause:on:XFER_SPIN_PAUSE=0,shm:default:off:-,tcp:busy:on:-,tcp:book:on:XFER_BENCH_PP_BOOK=before,tcp:cqwait:on:XFER_OFI_CQ_WAIT=1,tcp:nopause:on:XFER_SPIN_PAUSE=0,tcp:default:off:-}
@@ -178,7 +231,8 @@ if [ "$plan" = vs ]; then
 	for r in $(seq 1 "${XFER_HOST_REPS:-3}"); do
 		rounds=${XFER_HOST_PP_ROUNDS:-7} run_list "$pp_list" pp$r $pp
 	done
-	tp_tcp="--op single,paged --size 1K,64K --page-size 1K,4K --pages 10000"
+	tp_tcp=${XFER_HOST_VS_TP_ROWS:-"--op single,paged --size 1K,64K --page-size 1K,4K --pages 10000"}
+	tp_tcp=${tp_tcp//+/ } # + for a space: device-batch splits ENV_host at spaces
 	tps=${XFER_HOST_TP_SECONDS:-0.5} tpr=${XFER_HOST_TP_ROUNDS:-5}
 	for r in $(seq 1 "${XFER_HOST_VS_TP_REPS:-2}"); do
 		secs=$tps rounds=$tpr run_list "$tp_list" tp$r $tp_tcp

@@ -118,11 +118,15 @@ struct meas {
 	double peak_bps;      /* best 10 ms stretch, bytes/s */
 	struct samples lat;   /* per call: call to completion, or half a round trip */
 	struct samples ov[OV_COUNT]; /* xfer only, from the engine's trace */
+	struct samples raw_post;     /* raw only: its fi_writedata calls, one in RAW_POST_EVERY */
 	uint64_t posted_all;  /* calls posted in every phase: what the target verifies */
 	bool verified;        /* the target checked every byte (--verify) */
 	uint64_t sleeps[2];   /* xfer: engine worker sleeps, initiator and target */
 };
 void meas_free(struct meas *m);
+/* The raw loop times one write post in this many, as the engine's trace
+ * samples one call in 17: the provider's own post cost, on both sides. */
+#define RAW_POST_EVERY 17
 
 uint64_t bench_now_ns(void);
 /* xfer_strerror, with -EILSEQ meaning what it means here: wrong bytes. */

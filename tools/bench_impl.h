@@ -37,8 +37,10 @@ int rside_open(struct rside **out, const char *provider, const char *const *nics
 int rside_connect(struct rside *r, struct ctl *ctl);
 const char *rside_completion(const struct rside *r);
 void rside_close(struct rside *r);
+/* trace: time one write post in RAW_POST_EVERY (m->raw_post), as the
+ * engine's trace does its calls; off with --no-trace, like the engine's. */
 int raw_init_case(struct rside *r, struct ctl *ctl, const struct bench_case *c,
-		  const struct limits *lim, struct meas *m);
+		  const struct limits *lim, bool trace, struct meas *m);
 int raw_target_case(struct rside *r, struct ctl *ctl, const struct bench_case *c);
 
 /* ucx_perftest, run as two processes. */

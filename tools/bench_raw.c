@@ -39,6 +39,9 @@ struct rrun {
 	struct rcall *calls;
 	uint32_t *pending; /* slots of calls not fully posted, FIFO */
 	uint32_t pend_head, pend_count;
+	struct meas *m;             /* raw_post: the sampled post calls */
+	uint32_t posts;             /* write posts so far, for the sampling */
+	bool trace;                 /* sample at all (not under --no-trace) */
 	struct fi_context2 ctl_ctx; /* zero-length writes and sends */
 	uint64_t out;               /* those not yet completed */
 	bool pong;                  /* the awaited reply arrived */
@@ -80,12 +83,17 @@ static int post_page(struct rrun *rr, uint32_t slot)
 	if (!w)
 		return -EAGAIN;
 	w->call = slot;
+	bool timed = rr->trace && rr->posts % RAW_POST_EVERY == 0;
+	uint64_t t0 = timed ? bench_now_ns() : 0;
 	ssize_t ret = fi_writedata(n->ep, rr->src + soff, c->bytes, rr->mr.desc[ni], IMM_PING(c),
 				   n->peer, rr->rkey[ni].base + doff, rr->rkey[ni].key, &w->fi);
 	if (ret == -FI_EAGAIN)
 		return -EAGAIN;
 	if (ret)
 		return raw_errno(ret);
+	if (timed)
+		samples_add(&rr->m->raw_post, bench_now_ns() - t0);
+	rr->posts++;
 	rr->free_wrs = w->next;
 	k->next_page++;
 	return 0;
@@ -318,9 +326,9 @@ static int parse_ready(struct rrun *rr, const uint8_t *blob, uint32_t len)
 }
 
 int raw_init_case(struct rside *r, struct ctl *ctl, const struct bench_case *c,
-		  const struct limits *lim, struct meas *m)
+		  const struct limits *lim, bool trace, struct meas *m)
 {
-	struct rrun rr = {.r = r, .c = c};
+	struct rrun rr = {.r = r, .c = c, .m = m, .trace = trace};
 	uint8_t blob[RAW_NIC_MAX * sizeof(struct raw_rkey)];
 	uint32_t len;
 	bool windowed = c->op == OP_SINGLE || c->op == OP_PAGED;

@@ -140,6 +140,9 @@ static void print_json(const struct report *r, const struct row *w, FILE *f)
 		}
 		fputc('}', f);
 	}
+	if (w->has_post)
+		fprintf(f, ",\"raw_post_us\":[%.4g,%.4g,%.4g,%.4g]", w->post[0], w->post[1], w->post[2],
+			w->post[3]);
 	if (w->note[0])
 		json_str(f, "note", w->note);
 	fprintf(f, "}\n");
@@ -216,6 +219,10 @@ struct row *report_add(struct report *r, const struct bench_case *c, uint32_t im
 		w->has_ov = true;
 		samples_quantiles(&m->ov[k], quantiles, w->ov[k], 4);
 	}
+	if (m->raw_post.n) {
+		w->has_post = true;
+		samples_quantiles(&m->raw_post, quantiles, w->post, 4);
+	}
 	if (c->verify)
 		w->verified = m->verified;
 	if (impl == IMPL_XFER && r->o->trace && !w->has_ov)
@@ -249,6 +256,15 @@ struct row *report_add_ucx(struct report *r, const struct bench_case *c, double 
 	return w;
 }
 
+/* A row's op, bytes and pages: the key of the trace tables' lines. */
+static void print_row_key(FILE *f, const struct row *w)
+{
+	char pages[16] = "-";
+	if (w->op == OP_PAGED)
+		snprintf(pages, sizeof(pages), "%u", w->pages);
+	fprintf(f, "%-7s %9llu %6s", bench_op_name[w->op], (unsigned long long)w->bytes, pages);
+}
+
 static void print_overhead(struct report *r)
 {
 	bool any = false;
@@ -267,10 +283,7 @@ static void print_overhead(struct report *r)
 		const struct row *w = &r->rows[i];
 		if (!w->has_ov)
 			continue;
-		char pages[16] = "-";
-		if (w->op == OP_PAGED)
-			snprintf(pages, sizeof(pages), "%u", w->pages);
-		fprintf(r->tab, "%-7s %9llu %6s", bench_op_name[w->op], (unsigned long long)w->bytes, pages);
+		print_row_key(r->tab, w);
 		for (int k = 0; k < OV_COUNT; k++) {
 			char cell[64];
 			snprintf(cell, sizeof(cell), "%.2f / %.2f / %.2f / %.2f", w->ov[k][0], w->ov[k][1],
@@ -280,6 +293,28 @@ static void print_overhead(struct report *r)
 		if (w->telemetry != TEL_KEEP && r->o->telemetry == TEL_BOTH)
 			fprintf(r->tab, "  telemetry %s", w->telemetry == TEL_ON ? "on" : "off");
 		fputc('\n', r->tab);
+	}
+}
+
+/* The raw loop's own post calls beside the engine's "provider's first post
+ * call": on tcp;ofi_rxm the provider sends inline, so the two tell whether
+ * the provider's work per request differs between the loops. */
+static void print_raw_posts(struct report *r)
+{
+	bool any = false;
+	for (size_t i = 0; i < r->n; i++)
+		any |= r->rows[i].has_post;
+	if (!any)
+		return;
+	fprintf(r->tab, "\nthe raw loop's write post calls (us: p50 / p90 / p99 / p99.9; one post in %d timed,\n"
+			"warm-up included)\n", RAW_POST_EVERY);
+	for (size_t i = 0; i < r->n; i++) {
+		const struct row *w = &r->rows[i];
+		if (!w->has_post)
+			continue;
+		print_row_key(r->tab, w);
+		fprintf(r->tab, "  %.2f / %.2f / %.2f / %.2f\n", w->post[0], w->post[1], w->post[2],
+			w->post[3]);
 	}
 }
 
@@ -395,6 +430,7 @@ static void print_telemetry(struct report *r)
 void report_end(struct report *r)
 {
 	print_overhead(r);
+	print_raw_posts(r);
 	print_targets(r);
 	print_telemetry(r);
 	fflush(r->tab);

@@ -16,8 +16,9 @@ struct row {
 	double ratio;                                /* throughput over the raw row's */
 	double spread;                               /* (max - min) / median over rounds */
 	unsigned rounds;
-	bool has_ov;
+	bool has_ov, has_post;
 	double ov[OV_COUNT][4]; /* p50, p90, p99, p99.9 in us */
+	double post[4];         /* raw rows: the provider's write post call, same quantiles */
 	int verified;           /* -1 not asked, 0 failed or impossible, 1 every byte */
 	uint32_t telemetry;     /* enum bench_telemetry the row ran with */
 	char note[80];

@@ -68,6 +68,7 @@ void samples_free(struct samples *s)
 void meas_free(struct meas *m)
 {
 	samples_free(&m->lat);
+	samples_free(&m->raw_post);
 	for (int i = 0; i < OV_COUNT; i++)
 		samples_free(&m->ov[i]);
 }

@@ -71,7 +71,7 @@ static int measure(struct session *s, struct bench_case c, uint32_t impl, struct
 		struct pin_state pin = {0};
 		if (!s->o->raw_unpinned)
 			raw_pin(&pin, PIN_INITIATOR);
-		ret = raw_init_case(s->r, s->ctl, &c, &lim, m);
+		ret = raw_init_case(s->r, s->ctl, &c, &lim, s->o->trace, m);
 		raw_unpin(&pin);
 	}
 	else
