@@ -1,7 +1,8 @@
 /* XFER_CQ_BATCH's rule (core/cq_batch.h) on a worker with one NIC of 64
  * credits, posts simulated by taking credits: a NIC with fewer than N
  * requests outstanding is read every turn; otherwise reads wait for N posts
- * or for posting to stop for XFER_CQ_BATCH_NS; unset, every turn reads. */
+ * or for posting to stop for XFER_CQ_BATCH_NS, unless the NIC is out of
+ * credits or an operation waits to be posted; unset, every turn reads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,12 +28,15 @@ static void setup(struct worker *w, xfer_engine_t *e, const char *batch)
 	xi_cq_batch_init(w);
 }
 
+/* An operation waits in the posting FIFO (for credits, contexts, buffers). */
+static bool waiting;
+
 /* The turn at `now`: posts `posts` requests, then reads unless deferred.
  * Returns whether it read. */
 static bool turn(struct worker *w, uint64_t now, unsigned posts)
 {
 	w->tx.credits[0] -= posts;
-	if (xi_cq_batch_defer(w, 0, now))
+	if (xi_cq_batch_defer(w, 0, now, waiting))
 		return false;
 	xi_cq_batch_read(w, 0);
 	return true;
@@ -94,5 +98,24 @@ int main(void)
 	CHECK(!turn(&w, now, 1));
 	now += 100;
 	CHECK(turn(&w, now, 9));
+
+	/* Out of credits, or work waiting for what completions free: read. */
+	setup(&w, &e, "8");
+	now = 1000000;
+	CHECK(turn(&w, now, TX - 4));
+	now += 100;
+	CHECK(!turn(&w, now, 3));
+	now += 100;
+	CHECK(turn(&w, now, 1)); /* the last credit: 4 posts since, but none left */
+	w.tx.credits[0] = 16;
+	xi_cq_batch_read(&w, 0);
+	now += 100;
+	CHECK(!turn(&w, now, 1));
+	waiting = true;
+	now += 100;
+	CHECK(turn(&w, now, 1));
+	waiting = false;
+	now += 100;
+	CHECK(!turn(&w, now, 1));
 	return 0;
 }

@@ -11,7 +11,10 @@
  *   - fewer than N requests were posted on it since its last read;
  *   - a request was posted on it within the last XFER_CQ_BATCH_NS (default
  *     2 us): once posting stops, the next turn reads, so an application that
- *     waits for completions before submitting more waits at most that long.
+ *     waits for completions before submitting more waits at most that long;
+ *   - the NIC has a data credit left and no operation waits to be posted
+ *     (waiting: the caller's word): what is stuck for credits, contexts or
+ *     bounce buffers gets them only from completions, so a read is due.
  * So a read is at most N posts or N x XFER_CQ_BATCH_NS away, which bounds
  * how long the provider's progress (tcp sends queued data from it) and every
  * completion can be held up; deadlines are scanned as before (core/loop.c),
@@ -22,6 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/tx.h"
 #include "core/worker.h"
 
 /* Reads XFER_CQ_BATCH / XFER_CQ_BATCH_NS into w (at setup). */
@@ -30,7 +34,7 @@ void xi_cq_batch_init(struct worker *w);
 /* Whether NIC n's CQ read can wait this turn (now: the turn's start). Credits
  * come back only from reads, so between two reads of a NIC its credits only
  * fall: the fall since the last read is the number of posts since then. */
-static inline bool xi_cq_batch_defer(struct worker *w, unsigned n, uint64_t now)
+static inline bool xi_cq_batch_defer(struct worker *w, unsigned n, uint64_t now, bool waiting)
 {
 	struct cq_batch *b = &w->cqb;
 	if (!b->n)
@@ -41,8 +45,8 @@ static inline bool xi_cq_batch_defer(struct worker *w, unsigned n, uint64_t now)
 		b->post_ns[n] = now;
 	}
 	uint32_t outstanding = w->e->nics[n].tx_size - credits;
-	return outstanding >= b->n && b->read_credits[n] - credits < b->n &&
-	       now - b->post_ns[n] < b->idle_ns;
+	return !waiting && xi_tx_ready(w, n, TX_DATA) && outstanding >= b->n &&
+	       b->read_credits[n] - credits < b->n && now - b->post_ns[n] < b->idle_ns;
 }
 
 /* NIC n's CQ was read (its completions handled). */

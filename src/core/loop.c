@@ -130,8 +130,9 @@ static int poll_nics(struct worker *w, uint64_t now, bool *drained)
 	struct nic_event ev[POLL_BATCH];
 	int total = 0;
 	*drained = true;
+	const bool waiting = xi_op_fifo_head(w) != NULL;
 	for (unsigned n = 0; n < e->nnics; n++) {
-		if (now && xi_cq_batch_defer(w, n, now)) {
+		if (now && xi_cq_batch_defer(w, n, now, waiting)) {
 			*drained = false;
 			total++;
 			continue;
