@@ -130,7 +130,7 @@ static int poll_nics(struct worker *w, uint64_t now, bool *drained)
 	struct nic_event ev[POLL_BATCH];
 	int total = 0;
 	*drained = true;
-	const bool waiting = xi_op_fifo_head(w) != NULL;
+	const bool waiting = w->cqb.n && xi_op_fifo_head(w) != NULL; /* only read with the switch on */
 	for (unsigned n = 0; n < e->nnics; n++) {
 		if (now && xi_cq_batch_defer(w, n, now, waiting)) {
 			*drained = false;
