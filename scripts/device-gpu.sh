@@ -51,6 +51,15 @@
 #            default vs tile, STAGED_REPS times (their gathers and landings
 #            are paged launches too); test_gpu ipc/scatter-ipc/staged/
 #            scatter-staged with the default on shm and tcp            ~70 s
+#   percall  issue 14's page7 task (the 16384 x 16 KiB row, 1024 x 4 KiB,
+#            single 64 KiB at 1 in flight): REPS rounds, interleaved, of the
+#            paged rows with the defaults, XFER_SPIN_US=1000 and
+#            $PERCALL_AB (default XFER_GPU_INDEX=device, XFER_GPU_BATCH=0; ","-joined
+#            settings, " " between variants), and of the single rows with
+#            the defaults and XFER_SPIN_US=1000; then rows 3 (16384 x 16 KiB),
+#            0 (1024 x 4 KiB) and 6 (single 64 KiB) alone with
+#            XFER_BENCH_TRACE=1 and XFER_GPU_TRACE (CSV), by default and
+#            with each variant                                         ~90 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -204,6 +213,30 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
+PERCALL_AB=${PERCALL_AB:-idx:XFER_GPU_INDEX=device batch0:XFER_GPU_BATCH=0}
+plan_percall() {
+	local r v rw
+	local vars="spin:XFER_SPIN_US=1000 $PERCALL_AB"
+	for r in $(seq "$REPS"); do
+		step pc-paged-default-r$r 15 env XFER_BENCH_ONLY=paged $B
+		for v in $vars; do
+			local envs=${v#*:}
+			step pc-paged-${v%%:*}-r$r 15 env ${envs//,/ } XFER_BENCH_ONLY=paged $B
+		done
+		step pc-single-default-r$r 20 env XFER_BENCH_ONLY=single $B
+		step pc-single-spin-r$r 20 env XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B
+	done
+	for rw in 3:p16k16k 0:p1k4k 6:s64k; do
+		step pc-trace-${rw#*:}-default 15 env XFER_BENCH_TRACE=1 XFER_BENCH_ROW=${rw%%:*} \
+			XFER_GPU_TRACE="$out/pc-trace-${rw#*:}-default.csv" $B
+		for v in $vars; do
+			local envs=${v#*:}
+			step pc-trace-${rw#*:}-${v%%:*} 15 env ${envs//,/ } XFER_BENCH_TRACE=1 XFER_BENCH_ROW=${rw%%:*} \
+				XFER_GPU_TRACE="$out/pc-trace-${rw#*:}-${v%%:*}.csv" $B
+		done
+	done
+}
+
 plan_full() {
 	step bench 20 $B
 	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
@@ -217,7 +250,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto percall full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

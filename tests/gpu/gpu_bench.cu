@@ -16,7 +16,9 @@
 // vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
 // rows 0..5 in the order printed, then single sizes 6..10, both depths);
 // XFER_BENCH_TRACE=1 traces the single rows at 1 in flight with the engine's
-// own op trace (xfer_engine_trace) and prints where a write's time goes;
+// own op trace (xfer_engine_trace) and prints where a write's time goes,
+// and each paged row's calls (ptrace lines: every stage against the loop's
+// start);
 // the library's XFER_GPU_KERNEL=0 (paged copies by the copy engine),
 // XFER_GPU_BATCH=0 (one launch per call), XFER_GPU_KERNEL_MAX (contiguous
 // copies by kernel up to this many bytes) and XFER_GPU_TRACE for A/B runs
@@ -111,6 +113,36 @@ static uint64_t mono_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// A traced paged row (all its calls in flight at once): each call's stages
+// in us from t0 (the loop's start, CLOCK_MONOTONIC like the engine's stamps
+// and XFER_GPU_TRACE's t_* columns, printed so that the kernels' records can
+// be laid beside them), the first 8 and the last 4 calls. "issued" is the
+// copy handed to the GPU engine, "queued" its return (page lists copied,
+// job added or launched), "notice" the count-only notice posted after the
+// copy's end was seen, "app" when the application had the completion.
+static void print_paged_trace(xfer_engine_t *e, const char *op, uint64_t t0, const std::vector<uint64_t> &seen)
+{
+	std::vector<struct xfer_trace> t(seen.size() + 64);
+	int n = xfer_trace_read(e, t.data(), (int)t.size());
+	std::sort(t.begin(), t.begin() + (n > 0 ? n : 0),
+		  [](const struct xfer_trace &a, const struct xfer_trace &b) { return a.user_data < b.user_data; });
+	uint64_t last = 0;
+	for (uint64_t s : seen)
+		last = std::max(last, s);
+	printf("  ptrace %s: t0 %llu ns (CLOCK_MONOTONIC), last completion at +%.2f us, %d records\n", op,
+	       (unsigned long long)t0, (double)(int64_t)(last - t0) / 1e3, n);
+	auto rel = [t0](uint64_t v) { return v ? (double)(int64_t)(v - t0) / 1e3 : -1.0; };
+	for (int i = 0; i < n; i++) {
+		const struct xfer_trace &r = t[i];
+		if (r.user_data >= seen.size() || (i >= 8 && i + 4 < n))
+			continue;
+		printf("  ptrace %s: call %3llu  call %8.2f  enq %8.2f  took %8.2f  issued %8.2f  queued %8.2f"
+		       "  notice %8.2f  done %8.2f  app %8.2f us\n",
+		       op, (unsigned long long)r.user_data, rel(r.t_call), rel(r.t_enq), rel(r.t_deq), rel(r.t_first),
+		       rel(r.t_first_ret), rel(r.t_last), rel(r.t_done), rel(seen[r.user_data]));
+	}
 }
 
 // ------------------------------------------------------------- baseline
@@ -310,12 +342,32 @@ static int sender(int fd, int base_fd, int dst_dev)
 		pw.flags = XFER_F_IMM;
 		XK(xfer_write_paged(e, &pw, NULL)); // warm-up: opens the mapping, loads the kernel
 		XK(gpu_wait(e).res);
+		// Traced (XFER_BENCH_TRACE=1): the same loop, each call's op trace
+		// and when the application had its completion, against t0.
+		std::vector<uint64_t> seen(bench_trace ? (size_t)it : 0);
+		if (bench_trace)
+			xfer_engine_trace(e, 1);
+		uint64_t t0_ns = mono_ns();
 		double t0 = now_s();
-		for (int i = 0; i < it; i++)
-			XK(xfer_write_paged(e, &pw, NULL));
-		for (int i = 0; i < it; i++)
-			XK(gpu_wait(e).res);
+		for (int i = 0; i < it; i++) {
+			struct xfer_completion c;
+			memset(&c, 0, sizeof(c));
+			c.user_data = (uint64_t)i;
+			XK(xfer_write_paged(e, &pw, &c));
+		}
+		for (int i = 0; i < it; i++) {
+			struct xfer_cqe q = gpu_wait(e);
+			XK(q.res);
+			if (q.user_data < seen.size())
+				seen[q.user_data] = mono_ns();
+		}
 		double gbs = (double)n * pl * it / (now_s() - t0) / 1e9;
+		if (bench_trace) {
+			xfer_engine_trace(e, 0);
+			char op[64];
+			snprintf(op, sizeof(op), "paged %u x %u KiB", n, pl >> 10);
+			print_paged_trace(e, op, t0_ns, seen);
+		}
 		uint64_t bad = ask(fd, (struct check){CMD_CHECK_PAGED, (uint64_t)row, seed, imm, (uint64_t)n * (it + 1), 0});
 		fails += bad != 0;
 		char op[64];
