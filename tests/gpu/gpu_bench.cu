@@ -15,6 +15,8 @@
 // gpu_bench_staged.cu (GPU memory through host mirrors over a NIC provider
 // vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
 // rows 0..5 in the order printed, then single sizes 6..10, both depths);
+// XFER_BENCH_ORDER=src|dst lists the paged rows' page pairs by source or
+// destination page (the same copies);
 // XFER_BENCH_TRACE=1 traces the single rows at 1 in flight with the engine's
 // own op trace (xfer_engine_trace) and prints where a write's time goes,
 // and each paged row's calls (ptrace lines: every stage against the loop's
@@ -53,6 +55,25 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// XFER_BENCH_ORDER=src|dst: the same page pairs (the same copy, verified
+// alike), listed by source or destination page rather than in random
+// order: whether the order the kernel visits pages in costs it (DRAM and
+// TLB locality) is then an A/B of one setting.
+static int pair_order; // 0 as drawn, 1 by source page, 2 by destination page
+static void order_pairs(std::vector<uint32_t> &sp, std::vector<uint32_t> &dp)
+{
+	if (!pair_order)
+		return;
+	std::vector<std::pair<uint32_t, uint32_t>> v(sp.size());
+	for (size_t i = 0; i < sp.size(); i++)
+		v[i] = pair_order == 1 ? std::make_pair(sp[i], dp[i]) : std::make_pair(dp[i], sp[i]);
+	std::sort(v.begin(), v.end());
+	for (size_t i = 0; i < sp.size(); i++) {
+		sp[i] = pair_order == 1 ? v[i].first : v[i].second;
+		dp[i] = pair_order == 1 ? v[i].second : v[i].first;
+	}
 }
 
 static uint32_t row_pl(int r) { return page_sizes[r / NPC]; }
@@ -311,8 +332,9 @@ static int sender(int fd, int base_fd, int dst_dev)
 	       dst_dev, k && !strcmp(k, "0") ? "by the copy engine: XFER_GPU_KERNEL=0" : "by kernel where loaded");
 	const char *kb = getenv("XFER_GPU_BATCH"), *km = getenv("XFER_GPU_KERNEL_MAX"), *tr = getenv("XFER_GPU_TRACE");
 	const char *sp = getenv("XFER_SPIN_US");
-	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s XFER_SPIN_US=%s\n",
-	       kb ? kb : "(default: on)", km ? km : "(default)", tr ? tr : "(off)", sp ? sp : "(default)");
+	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s XFER_SPIN_US=%s XFER_BENCH_ORDER=%s\n",
+	       kb ? kb : "(default: on)", km ? km : "(default)", tr ? tr : "(off)", sp ? sp : "(default)",
+	       pair_order == 1 ? "src" : pair_order == 2 ? "dst" : "(random)");
 	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "xfer GB/s", "base GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 1000;
@@ -325,6 +347,7 @@ static int sender(int fd, int base_fd, int dst_dev)
 		std::vector<uint32_t> sp, dp;
 		perm_xs(sp, n, seed);
 		perm_xs(dp, n, seed + 1000);
+		order_pairs(sp, dp);
 		ask(fd, (struct check){CMD_ZERO, 0, 0, 0, 0, 0});
 		fill_pat<<<528, 512>>>((uint64_t *)src, (uint64_t)n * pl / 8, seed);
 		CK(cudaDeviceSynchronize());
@@ -482,6 +505,8 @@ int main(void)
 		run_paged = false;
 	const char *tr = getenv("XFER_BENCH_TRACE");
 	bench_trace = tr && !strcmp(tr, "1");
+	const char *ord = getenv("XFER_BENCH_ORDER");
+	pair_order = ord && !strcmp(ord, "src") ? 1 : ord && !strcmp(ord, "dst") ? 2 : 0;
 	const char *row = getenv("XFER_BENCH_ROW");
 	if (row && *row)
 		only_row = atoi(row);
