@@ -123,9 +123,17 @@ static void print_trace(xfer_engine_t *e, const char *op, const std::vector<uint
 			if (c < 7 || tgt)
 				col[c].push_back((double)(int64_t)st[c] / 1e3);
 	}
+	// Mean and max beside the percentiles: a row's rate is its mean, and a
+	// few slow calls move it where p50 does not.
 	for (int c = 0; c < NCOL; c++) {
-		double p50 = pct(col[c], 0.5), p90 = pct(col[c], 0.9);
-		printf("  trace %s: %-50s n %4zu  p50 %8.2f  p90 %8.2f us\n", op, names[c], col[c].size(), p50, p90);
+		double sum = 0;
+		for (double v : col[c])
+			sum += v;
+		double mean = col[c].empty() ? 0 : sum / (double)col[c].size();
+		double p50 = pct(col[c], 0.5), p90 = pct(col[c], 0.9), p99 = pct(col[c], 0.99);
+		double mx = col[c].empty() ? 0 : col[c].back(); // pct sorted it
+		printf("  trace %s: %-50s n %4zu  p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f  mean %8.2f us\n", op, names[c],
+		       col[c].size(), p50, p90, p99, mx, mean);
 	}
 }
 
@@ -139,7 +147,7 @@ static uint64_t mono_ns(void)
 // A traced paged row (all its calls in flight at once): each call's stages
 // in us from t0 (the loop's start, CLOCK_MONOTONIC like the engine's stamps
 // and XFER_GPU_TRACE's t_* columns, printed so that the kernels' records can
-// be laid beside them), the first 8 and the last 4 calls. "issued" is the
+// be laid beside them), every call. "issued" is the
 // copy handed to the GPU engine, "queued" its return (page lists copied,
 // job added or launched), "notice" the count-only notice posted after the
 // copy's end was seen, "app" when the application had the completion.
@@ -157,7 +165,7 @@ static void print_paged_trace(xfer_engine_t *e, const char *op, uint64_t t0, con
 	auto rel = [t0](uint64_t v) { return v ? (double)(int64_t)(v - t0) / 1e3 : -1.0; };
 	for (int i = 0; i < n; i++) {
 		const struct xfer_trace &r = t[i];
-		if (r.user_data >= seen.size() || (i >= 8 && i + 4 < n))
+		if (r.user_data >= seen.size())
 			continue;
 		printf("  ptrace %s: call %3llu  call %8.2f  enq %8.2f  took %8.2f  issued %8.2f  queued %8.2f"
 		       "  notice %8.2f  done %8.2f  app %8.2f us\n",
