@@ -30,6 +30,10 @@ struct xi_trace_rec {
 	uint64_t rt_launched; /* CLOCK_REALTIME at t_launched */
 	uint64_t rt_done;     /* CLOCK_REALTIME at t_done */
 	uint64_t gpu_start, gpu_end; /* earliest CTA start, latest CTA end (kernels) */
+	/* The latest CTA start, the earliest and the mean CTA end: how long
+	 * the grid takes to get going, and how long its last CTAs run after
+	 * most are done (a static split's tail). */
+	uint64_t gpu_last_start, gpu_first_end, gpu_mean_end;
 	uint64_t bytes;
 	uint32_t calls, items, ctas;
 	uint8_t kind;
