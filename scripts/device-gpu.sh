@@ -55,13 +55,15 @@
 #            single 64 KiB at 1 in flight): REPS rounds, interleaved, of the
 #            paged rows with the defaults, XFER_SPIN_US=1000 and
 #            $PERCALL_AB (default XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
-#            and the bench's page pairs listed by source and by destination
-#            page, XFER_BENCH_ORDER=src|dst; NAME:SETTINGS, the settings
-#            ","-joined, " " between variants), and of the single rows with
+#            the bench's page pairs listed by source and by destination
+#            page, XFER_BENCH_ORDER=src|dst, and the library grouping them
+#            so while copies run, XFER_GPU_ORDER=src-busy|dst-busy;
+#            NAME:SETTINGS, the settings ","-joined, " " between
+#            variants), and of the single rows with
 #            the defaults and XFER_SPIN_US=1000; then rows 3 (16384 x 16 KiB),
 #            0 (1024 x 4 KiB) and 6 (single 64 KiB) alone with
 #            XFER_BENCH_TRACE=1 and XFER_GPU_TRACE (CSV), by default and
-#            with each variant                                        ~120 s
+#            with each variant                                        ~150 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -215,7 +217,7 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
-PERCALL_AB=${PERCALL_AB:-idx:XFER_GPU_INDEX=device batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst}
+PERCALL_AB=${PERCALL_AB:-idx:XFER_GPU_INDEX=device batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst osrc:XFER_GPU_ORDER=src-busy odst:XFER_GPU_ORDER=dst-busy}
 plan_percall() {
 	local r v rw
 	local vars="spin:XFER_SPIN_US=1000 $PERCALL_AB"
