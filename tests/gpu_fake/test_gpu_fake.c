@@ -39,7 +39,9 @@
  *   write-order-busy  XFER_GPU_ORDER=src-busy, the large write twice with
  *       events held: the first (the GPU idle) as listed, the second (posted
  *       while the first is in flight) grouped
- *   (in every write mode neither worker calls cuStreamSynchronize: the
+ *   (in write-ipc and write-staged, and their variants, the writer's copy
+ *   ring events are made at registration, none on the way of its copies;
+ *   in every write mode neither worker calls cuStreamSynchronize: the
  *   source's staging copies and the target's copies of noticed ranges from
  *   its mirror to the GPU complete as polled events)
  *   write-batch | write-batch-off  40 calls of four kinds queued behind a
@@ -73,6 +75,7 @@
 
 #include "fake_cuda.h"
 #include "gpu/fatbin.h"
+#include "gpu/gpu_copy.h"
 #include "helpers.h"
 
 #define NCHILD 3
@@ -377,6 +380,11 @@ static int write_source(int n, const int *fds, void *arg)
 	xfer_engine_t *e = ws.e;
 	xfer_mr_t *mr = ws.mr;
 	xfer_rmr_t *dst = ws.dst;
+	/* The copy ring's events were made with the stream, at registration:
+	 * none on the way of a copy (gpu_copy.c, make_ring). */
+	t_sync_worker(e);
+	const uint64_t events_made = fake_cuda_counts().events_made;
+	CHECK(events_made >= XI_GPU_RING);
 	struct xfer_write w = {.src = mr, .dst = dst, .len = wlen, .imm = 1, .flags = XFER_F_IMM};
 	CHECK_OK(xfer_write(e, &w, NULL));
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
@@ -393,6 +401,7 @@ static int write_source(int n, const int *fds, void *arg)
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	CHECK(t_recv_u64(fd) == 2);
 	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(fc.events_made == events_made);
 	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod + fc.launches > 0);
 	/* The single write is one copy-engine copy (alone in its batch: below
 	 * XFER_GPU_KERNEL_MAX, but a lone contiguous copy goes to the engine);
