@@ -54,18 +54,18 @@
 #   percall  issue 14's page7 task (the 16384 x 16 KiB row, 1024 x 4 KiB,
 #            single 64 KiB at 1 in flight): REPS rounds, interleaved, of the
 #            paged rows with the defaults, XFER_SPIN_US=1000 and
-#            $PERCALL_AB (default XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
-#            the bench's page pairs listed by source and by destination
-#            page, XFER_BENCH_ORDER=src|dst, and the library grouping them
-#            so while copies run, XFER_GPU_ORDER=src-busy|dst-busy,
-#            and the copy ring's events made at each slot's first use,
-#            XFER_GPU_EVENTS=lazy, as before);
-#            NAME:SETTINGS, the settings ","-joined, " " between
-#            variants), and of the single rows with
+#            $PERCALL_AB (default: one notice per copy, XFER_NOTICE_MERGE=0;
+#            the copy ring's events made at each slot's first use,
+#            XFER_GPU_EVENTS=lazy; both, as before them; NAME:SETTINGS, the
+#            settings ","-joined, " " between variants; other settings
+#            measured in run page7-1: XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
+#            the bench's pairs by page XFER_BENCH_ORDER=src|dst, the
+#            library's XFER_GPU_ORDER=src-busy|dst-busy), and of the single
+#            rows with
 #            the defaults and XFER_SPIN_US=1000; then rows 3 (16384 x 16 KiB),
 #            0 (1024 x 4 KiB) alone with XFER_BENCH_TRACE=1 and
 #            XFER_GPU_TRACE (CSV) for every setting, 6 (single 64 KiB) by
-#            default and spinning                                     ~130 s
+#            default, spinning and as before                           ~90 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -219,7 +219,12 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
-PERCALL_AB=${PERCALL_AB:-idx:XFER_GPU_INDEX=device batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst osrc:XFER_GPU_ORDER=src-busy odst:XFER_GPU_ORDER=dst-busy evlazy:XFER_GPU_EVENTS=lazy}
+# Run page7-1 (b9a20a7) measured idx, batch0, bysrc and bydst: none beyond
+# the spread on 16384 x 16 KiB (PERCALL_AB="idx:XFER_GPU_INDEX=device
+# batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst"
+# runs them again); now the merged notices and the eager events against
+# each alone off and both off (as before them).
+PERCALL_AB=${PERCALL_AB:-nomerge:XFER_NOTICE_MERGE=0 evlazy:XFER_GPU_EVENTS=lazy old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy}
 plan_percall() {
 	local r v rw
 	local vars="spin:XFER_SPIN_US=1000 $PERCALL_AB"
@@ -231,13 +236,14 @@ plan_percall() {
 		done
 		step pc-single-default-r$r 20 env XFER_BENCH_ONLY=single $B
 		step pc-single-spin-r$r 20 env XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B
+		step pc-single-old-r$r 20 env XFER_NOTICE_MERGE=0 XFER_GPU_EVENTS=lazy XFER_BENCH_ONLY=single $B
 	done
 	for rw in 3:p16k16k 0:p1k4k 6:s64k; do
 		step pc-trace-${rw#*:}-default 15 env XFER_BENCH_TRACE=1 XFER_BENCH_ROW=${rw%%:*} \
 			XFER_GPU_TRACE="$out/pc-trace-${rw#*:}-default.csv" $B
 		# The single row: by default and spinning only (the others are
 		# paged settings).
-		[ "${rw#*:}" = s64k ] && vars="spin:XFER_SPIN_US=1000"
+		[ "${rw#*:}" = s64k ] && vars="spin:XFER_SPIN_US=1000 old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy"
 		for v in $vars; do
 			local envs=${v#*:}
 			step pc-trace-${rw#*:}-${v%%:*} 15 env ${envs//,/ } XFER_BENCH_TRACE=1 XFER_BENCH_ROW=${rw%%:*} \
