@@ -378,6 +378,8 @@ static int sender(int fd, int base_fd, int dst_dev)
 		std::vector<uint64_t> seen(bench_trace ? (size_t)it : 0);
 		if (bench_trace)
 			xfer_engine_trace(e, 1);
+		struct xfer_stats st0, st1;
+		xfer_engine_stats(e, &st0);
 		uint64_t t0_ns = mono_ns();
 		double t0 = now_s();
 		for (int i = 0; i < it; i++) {
@@ -393,11 +395,17 @@ static int sender(int fd, int base_fd, int dst_dev)
 				seen[q.user_data] = mono_ns();
 		}
 		double gbs = (double)n * pl * it / (now_s() - t0) / 1e9;
+		xfer_engine_stats(e, &st1);
 		if (bench_trace) {
 			xfer_engine_trace(e, 0);
 			char op[64];
 			snprintf(op, sizeof(op), "paged %u x %u KiB", n, pl >> 10);
 			print_paged_trace(e, op, t0_ns, seen);
+			// Whether the worker slept in the loop, and how many requests
+			// (here: the copies' notices and announcements) it posted.
+			printf("  ptrace %s: worker sleeps %llu, requests posted %llu\n", op,
+			       (unsigned long long)(st1.worker_sleeps - st0.worker_sleeps),
+			       (unsigned long long)(st1.wrs_posted - st0.wrs_posted));
 		}
 		uint64_t bad = ask(fd, (struct check){CMD_CHECK_PAGED, (uint64_t)row, seed, imm, (uint64_t)n * (it + 1), 0});
 		fails += bad != 0;
