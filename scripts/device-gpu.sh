@@ -59,9 +59,8 @@
 #            XFER_GPU_EVENTS=lazy; both, as before them; NAME:SETTINGS, the
 #            settings ","-joined, " " between variants; other settings
 #            measured in run page7-1: XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
-#            the bench's pairs by page XFER_BENCH_ORDER=src|dst, the
-#            library's XFER_GPU_ORDER=src-busy|dst-busy), and of the single
-#            rows with
+#            the bench's pairs by page XFER_BENCH_ORDER=src|dst), and of the
+#            single rows with
 #            the defaults and XFER_SPIN_US=1000; then rows 3 (16384 x 16 KiB),
 #            0 (1024 x 4 KiB) alone with XFER_BENCH_TRACE=1 and
 #            XFER_GPU_TRACE (CSV) for every setting, 6 (single 64 KiB) by

@@ -23,7 +23,6 @@
 #include "gpu/fatbin.h"
 #include "gpu/gpu_trace.h"
 #include "gpu/kernel_args.h"
-#include "gpu/page_order.h"
 #include "util/log.h"
 #include "xfer.h"
 
@@ -130,21 +129,7 @@ struct xi_gpu {
 	CUdeviceptr flags_dev[XI_GPU_DEVS];
 	uint32_t flag_seq;
 	uint32_t flag_polls;
-	/* XFER_GPU_ORDER=src|dst: the page lists of calls of ORDER_MIN_PAGES
-	 * or more go to the kernel grouped by source (destination) region
-	 * (gpu/page_order.h); ORDER_AS_LISTED by default. With "-busy"
-	 * (src-busy, dst-busy) only while copies are in flight on the GPU,
-	 * so that the grouping's time on this thread (~25 us for 16,384
-	 * pages) hides behind them instead of delaying an idle GPU's start. */
-	int order;
-	bool order_busy;
-	uint32_t order_count[XI_ORDER_BUCKETS];
 };
-
-enum { ORDER_AS_LISTED, ORDER_SRC, ORDER_DST };
-/* Below this a call's pages are few enough to be copied as listed: its
- * lists are short and its bytes (4 KiB pages: 16 MiB) largely fit the L2. */
-#define ORDER_MIN_PAGES 4096u
 
 /* Polls between two queries of the event of a copy that writes a word. */
 #define FLAG_QUERY_EVERY 64u
@@ -192,9 +177,6 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
-	const char *ord = getenv("XFER_GPU_ORDER");
-	g->order = !ord ? ORDER_AS_LISTED : !strncmp(ord, "src", 3) ? ORDER_SRC : !strncmp(ord, "dst", 3) ? ORDER_DST : ORDER_AS_LISTED;
-	g->order_busy = ord && strstr(ord, "-busy");
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -354,9 +336,6 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
  * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
  * hold it, or 1 for a list that would not fit even an empty ring. */
 
-/* The stream's write of a fresh sequence number to word slot of dev's
- * flags, after everything queued on st so far: the value, or 0 (words off,
- * or no memory for them, or the driver refused: events only from now on). */
 /* dev's copy-end words, once per device (make_ring): false, words off from
  * now on, if there is no mapped pinned memory for them. */
 static bool make_flags(struct xi_gpu *g, int dev)
@@ -377,6 +356,9 @@ static bool make_flags(struct xi_gpu *g, int dev)
 	return true;
 }
 
+/* The stream's write of a fresh sequence number to word slot of dev's
+ * flags, after everything queued on st so far: the value, or 0 (words off,
+ * or no memory for them, or the driver refused: events only from now on). */
 static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
 {
 	if (!g->done_flag || !make_flags(g, dev))
@@ -889,21 +871,6 @@ static int idx_reserve(struct gpu_kernels *k, uint64_t n, uint64_t *off, uint32_
 	return 0;
 }
 
-/* p's page lists into the ring's src and dst lists the kernel reads: as
- * listed, or grouped by one side's regions (XFER_GPU_ORDER). */
-static void put_lists(struct xi_gpu *g, const struct xi_gpu_pages *p, uint32_t *src, uint32_t *dst)
-{
-	if (g->order == ORDER_AS_LISTED || p->npages < ORDER_MIN_PAGES || (g->order_busy && g->count <= g->kb.waiting)) {
-		/* (-busy: nothing launched is running, only copies of the open batch.) */
-		memcpy(src, p->src_pages, p->npages * sizeof(uint32_t));
-		memcpy(dst, p->dst_pages, p->npages * sizeof(uint32_t));
-	} else if (g->order == ORDER_SRC) {
-		xi_page_order(p->src_pages, p->dst_pages, p->npages, p->src_stride, src, dst, g->order_count);
-	} else {
-		xi_page_order(p->dst_pages, p->src_pages, p->npages, p->dst_stride, dst, src, g->order_count);
-	}
-}
-
 static int pages_by_engine(struct xi_gpu *g, const struct xi_gpu_pages *p)
 {
 	int ret = 0;
@@ -929,7 +896,8 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 		launch_batch(g); /* the copies holding the ring may be waiting for it */
 		return ret;
 	}
-	put_lists(g, p, (uint32_t *)(k->host + off), (uint32_t *)(k->host + off + list));
+	memcpy(k->host + off, p->src_pages, p->npages * sizeof(uint32_t));
+	memcpy(k->host + off + list, p->dst_pages, p->npages * sizeof(uint32_t));
 	CUdeviceptr lists = k->host_dev + off;
 	/* Pieces batched so far go first: the stream keeps them in order. */
 	ret = flush_batch(g);

@@ -19,9 +19,7 @@
  * a worker posts in one turn share one launch and one event (xi_gpu_flush
  * launches them; XFER_GPU_BATCH=0: one launch per call). The kernel reads its
  * page lists from pinned host memory below 512 MiB per call and from a
- * device copy of them above (XFER_GPU_INDEX=mapped|device forces one);
- * XFER_GPU_ORDER=src|dst lists a large call's pages for the kernel grouped
- * by source or destination region (gpu/page_order.h), as listed otherwise.
+ * device copy of them above (XFER_GPU_INDEX=mapped|device forces one).
  * A copy's end is seen in a word its stream writes after it
  * (cuStreamWriteValue32), read by the poll, the event then only catching
  * failures; XFER_GPU_DONE=event, or a driver without stream writes: by

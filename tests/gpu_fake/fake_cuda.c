@@ -415,17 +415,6 @@ static CUresult f_module_fn(CUfunction *f, CUmodule m, const char *name)
 	return which ? 0 : ERR;
 }
 
-/* Whether list v of a job (n pages, stride apart) visits its 2 MiB regions
- * in ascending order, each once. */
-static int grouped(uint64_t v, uint32_t n, uint64_t stride)
-{
-	const uint32_t *l = (const uint32_t *)(uintptr_t)v;
-	for (uint32_t i = 1; l && i < n; i++)
-		if (((uint64_t)l[i] * stride) >> 21 < ((uint64_t)l[i - 1] * stride) >> 21)
-			return 0;
-	return l != NULL;
-}
-
 static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			 unsigned shmem, CUstream s, void **params, void **extra)
 {
@@ -452,11 +441,6 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	counts.launches++;
 	counts.by_kernel[which - 1]++;
 	counts.jobs += a->njobs;
-	for (uint32_t k = 0; k < a->njobs; k++) {
-		const struct xi_pages_job *j = &a->job[k];
-		counts.jobs_grouped[0] += (uint64_t)grouped(j->src_pages, j->npages, j->src_stride);
-		counts.jobs_grouped[1] += (uint64_t)grouped(j->dst_pages, j->npages, j->dst_stride);
-	}
 	pthread_mutex_unlock(&lock);
 	CUresult r = enqueue(s, NULL, NULL, 0);
 	if (!r) {

@@ -29,16 +29,6 @@
  *       and no event query finds a copy done)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
- *   write-order | write-order-src | write-order-dst  a paged write of 8,192
- *       pages in random order on both sides over 32 MiB regions, and one of
- *       64 pages 512 KiB apart listed backwards: by default both reach the
- *       kernel as listed; with XFER_GPU_ORDER=src (dst) the large one's
- *       lists come grouped by source (destination) region, the small one's
- *       as listed; every page lands where its pair says, every immediate
- *       counted once
- *   write-order-busy  XFER_GPU_ORDER=src-busy, the large write twice with
- *       events held: the first (the GPU idle) as listed, the second (posted
- *       while the first is in flight) grouped
  *   (in write-ipc and write-staged, and their variants, the writer's copy
  *   ring events are made at registration, none on the way of its copies;
  *   in every write mode neither worker calls cuStreamSynchronize: the
@@ -516,115 +506,6 @@ static int ring_source(int n, const int *fds, void *arg)
 	free(dp);
 	printf("write-ring: %d paged writes of %u pages in %llu launches, %llu launched while events were held, all landed\n",
 	       RING_CALLS, RING_PAGES, (unsigned long long)fc.launches, (unsigned long long)held);
-	return 0;
-}
-
-/* ------------------------------------------------------------ page order */
-
-/* XFER_GPU_ORDER (gpu/page_order.h): the pairs' order reaches the kernel
- * changed, the copy not. Pages of ORDER_PAGE bytes; the large write's pairs
- * are two bijections of 0..ORDER_PAGES-1 (odd multipliers mod a power of
- * two), the small one's ORDER_SMALL pages ORDER_GAP pages apart, backwards. */
-#define ORDER_PAGES 8192u
-#define ORDER_PAGE 4096u
-#define ORDER_LEN ((size_t)ORDER_PAGES * ORDER_PAGE)
-#define ORDER_SMALL 64u
-#define ORDER_GAP 128u
-#define IMM_ORDER 0x6e0
-static int order_kind; /* 0 as listed, 1 by source, 2 by destination */
-static bool order_busy; /* src-busy: the large write twice, the second behind the first */
-
-static uint32_t order_src(uint32_t i) { return (i * 4099u + 5u) % ORDER_PAGES; }
-static uint32_t order_dst(uint32_t i) { return (i * 2053u + 17u) % ORDER_PAGES; }
-static uint32_t order_small(uint32_t i) { return (ORDER_SMALL - 1u - i) * ORDER_GAP; }
-
-static int order_target(int idx, int fd, void *arg)
-{
-	(void)idx, (void)arg;
-	struct wdst d = wdst_open(fd, ORDER_LEN, 1);
-	struct xfer_completion c = {0};
-	CHECK_OK(xfer_expect_imm(d.e, IMM_ORDER, ORDER_PAGES * (order_busy ? 2u : 1u) + ORDER_SMALL, &c));
-	t_send_desc(fd, d.mr);
-	CHECK_RC(t_wait_cqe(d.e, 60000).res, 0);
-	/* The source's page s holds t_fill's bytes at s's offset; the small
-	 * write came second and lands on pages the large one wrote too. */
-	t_fill(d.want, ORDER_LEN, 11);
-	for (uint32_t i = 0; i < ORDER_PAGES; i++) {
-		const size_t to = (size_t)order_dst(i) * ORDER_PAGE, from = (size_t)order_src(i) * ORDER_PAGE;
-		bool small = false;
-		for (uint32_t k = 0; k < ORDER_SMALL; k++)
-			small = small || order_dst(i) == order_small(k);
-		CHECK(small || memcmp(d.gpu + to, d.want + from, ORDER_PAGE) == 0);
-	}
-	for (uint32_t k = 0; k < ORDER_SMALL; k++) {
-		const size_t at = (size_t)order_small(k) * ORDER_PAGE;
-		CHECK(memcmp(d.gpu + at, d.want + at, ORDER_PAGE) == 0);
-	}
-	t_send_u64(fd, 1);
-	wdst_close(&d);
-	return 0;
-}
-
-static int order_source(int n, const int *fds, void *arg)
-{
-	(void)n, (void)arg;
-	int fd = fds[0];
-	struct wsrc ws = wsrc_open_len(fd, 11, ORDER_LEN);
-	uint32_t *sp = malloc(ORDER_PAGES * sizeof(*sp)), *dp = malloc(ORDER_PAGES * sizeof(*dp));
-	uint32_t ss[ORDER_SMALL];
-	CHECK(sp && dp);
-	for (uint32_t i = 0; i < ORDER_PAGES; i++) {
-		sp[i] = order_src(i);
-		dp[i] = order_dst(i);
-	}
-	for (uint32_t k = 0; k < ORDER_SMALL; k++)
-		ss[k] = order_small(k);
-	struct xfer_paged_write pw = {.src = ws.mr, .dst = ws.dst, .page_len = ORDER_PAGE, .src_pages = sp,
-				      .src_stride = ORDER_PAGE, .dst_pages = dp, .dst_stride = ORDER_PAGE,
-				      .npages = ORDER_PAGES, .imm = IMM_ORDER, .flags = XFER_F_IMM};
-	if (order_busy)
-		fake_cuda_hold_events(1);
-	CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
-	if (order_busy) {
-		/* The first launched (and held), then the second behind it. */
-		for (int k = 0; k < 30000 && fake_cuda_counts().launches == 0; k++)
-			usleep(100);
-		CHECK(fake_cuda_counts().launches == 1);
-		CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
-		t_sync_worker(ws.e);
-		fake_cuda_hold_events(0);
-		CHECK_RC(t_wait_cqe(ws.e, 60000).res, 0);
-	}
-	CHECK_RC(t_wait_cqe(ws.e, 60000).res, 0);
-	/* The caller's lists are its own again: the library copied (or
-	 * regrouped) them into its ring, never in place. */
-	for (uint32_t i = 0; i < ORDER_PAGES; i++)
-		CHECK(sp[i] == order_src(i) && dp[i] == order_dst(i));
-	struct fake_cuda_counts big = fake_cuda_counts();
-	/* Same pages both sides (a page onto itself), below ORDER_MIN_PAGES. */
-	pw.src_pages = ss;
-	pw.dst_pages = ss;
-	pw.npages = ORDER_SMALL;
-	CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
-	CHECK_RC(t_wait_cqe(ws.e, 60000).res, 0);
-	CHECK(t_recv_u64(fd) == 1);
-	struct fake_cuda_counts fc = fake_cuda_counts();
-	if (xi_gpu_fatbin_len) {
-		/* The large write's lists: grouped by the side asked for (its other
-		 * side stays scattered), or as listed (neither grouped). */
-		CHECK(big.jobs == (order_busy ? 2u : 1u) && big.jobs_grouped[0] == (order_kind == 1 ? 1u : 0u) &&
-		      big.jobs_grouped[1] == (order_kind == 2 ? 1u : 0u));
-		/* The small one's, as listed whatever the setting. */
-		CHECK(fc.jobs == big.jobs + 1 && fc.jobs_grouped[0] == big.jobs_grouped[0] &&
-		      fc.jobs_grouped[1] == big.jobs_grouped[1]);
-	}
-	free(sp);
-	free(dp);
-	wsrc_close(&ws);
-	printf("write-order (%s%s): %u + %u pages verified, lists grouped by source %llu, by destination %llu of %llu jobs\n",
-	       order_kind == 1 ? "src" : order_kind == 2 ? "dst" : "as listed", order_busy ? "-busy" : "", ORDER_PAGES, ORDER_SMALL,
-	       (unsigned long long)fc.jobs_grouped[0], (unsigned long long)fc.jobs_grouped[1],
-	       (unsigned long long)fc.jobs);
 	return 0;
 }
 
@@ -1141,13 +1022,6 @@ int main(int argc, char **argv)
 		return t_run_procs(1, notice_target, notice_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
-	if (!strncmp(mode, "write-order", 11)) {
-		order_busy = !strcmp(mode, "write-order-busy");
-		order_kind = !strcmp(mode, "write-order-src") || order_busy ? 1 : !strcmp(mode, "write-order-dst") ? 2 : 0;
-		if (order_kind)
-			setenv("XFER_GPU_ORDER", order_busy ? "src-busy" : order_kind == 1 ? "src" : "dst", 1);
-		return t_run_procs(1, order_target, order_source, NULL);
-	}
 	if (!strncmp(mode, "write-batch", 11)) {
 		if (!xi_gpu_fatbin_len) {
 			printf("SKIP: built without the copy kernels\n");
