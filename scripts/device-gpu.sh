@@ -64,7 +64,8 @@
 #            the defaults and XFER_SPIN_US=1000; then rows 3 (16384 x 16 KiB),
 #            0 (1024 x 4 KiB) alone with XFER_BENCH_TRACE=1 and
 #            XFER_GPU_TRACE (CSV) for every setting, 6 (single 64 KiB) by
-#            default, spinning and as before                           ~90 s
+#            default, spinning and as before, and row 9 (single 256 MiB)
+#            by the tile kernel traced                                  ~90 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -249,6 +250,12 @@ plan_percall() {
 				XFER_GPU_TRACE="$out/pc-trace-${rw#*:}-${v%%:*}.csv" $B
 		done
 	done
+	# The tile kernel on one contiguous 256 MiB copy (row 9 by kernel): its
+	# GPU time beside a call of 16,384 random 16 KiB pages (~143 us in run
+	# page7-1) and the copy engine's (~131 us): random pages' cost, or the
+	# kernel's own.
+	step pc-trace-s256m-kernel 15 env XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G XFER_BENCH_ROW=9 \
+		XFER_GPU_TRACE="$out/pc-trace-s256m-kernel.csv" $B
 }
 
 plan_full() {
