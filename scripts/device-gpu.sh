@@ -56,7 +56,8 @@
 #            paged rows with the defaults, XFER_SPIN_US=1000 and
 #            $PERCALL_AB (default: one notice per copy, XFER_NOTICE_MERGE=0;
 #            the copy ring's events made at each slot's first use,
-#            XFER_GPU_EVENTS=lazy; both, as before them; NAME:SETTINGS, the
+#            XFER_GPU_EVENTS=lazy; both, as before them; a large call on an
+#            idle GPU in two launches, XFER_GPU_SPLIT=1; NAME:SETTINGS, the
 #            settings ","-joined, " " between variants; other settings
 #            measured in run page7-1: XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
 #            the bench's pairs by page XFER_BENCH_ORDER=src|dst), and of the
@@ -224,7 +225,7 @@ plan_lone() {
 # batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst"
 # runs them again); now the merged notices and the eager events against
 # each alone off and both off (as before them).
-PERCALL_AB=${PERCALL_AB:-nomerge:XFER_NOTICE_MERGE=0 evlazy:XFER_GPU_EVENTS=lazy old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy}
+PERCALL_AB=${PERCALL_AB:-nomerge:XFER_NOTICE_MERGE=0 evlazy:XFER_GPU_EVENTS=lazy old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy split:XFER_GPU_SPLIT=1}
 plan_percall() {
 	local r v rw
 	local vars="spin:XFER_SPIN_US=1000 $PERCALL_AB"

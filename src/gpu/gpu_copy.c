@@ -124,12 +124,18 @@ struct xi_gpu {
 	 * finds the copy done cost this thread 1.6-1.9 us on an H200
 	 * (docs/performance.md), on the way of every lone write. The event is
 	 * still queried now and then: a copy that fails never writes its word. */
+	bool split; /* XFER_GPU_SPLIT=1 (xi_gpu_copy_pages) */
 	bool done_flag;
 	uint32_t *flags[XI_GPU_DEVS]; /* XI_GPU_RING words per device, pinned and mapped; NULL: events only */
 	CUdeviceptr flags_dev[XI_GPU_DEVS];
 	uint32_t flag_seq;
 	uint32_t flag_polls;
 };
+
+/* XFER_GPU_SPLIT=1: calls of this many pages or more that find the GPU idle
+ * go in two launches, the first with 1 / SPLIT_PARTS of the pages. */
+#define SPLIT_MIN_PAGES 4096u
+#define SPLIT_PARTS 8u
 
 /* Polls between two queries of the event of a copy that writes a word. */
 #define FLAG_QUERY_EVERY 64u
@@ -177,6 +183,7 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
+	g->split = env_is("XFER_GPU_SPLIT", "1");
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -896,24 +903,34 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 		launch_batch(g); /* the copies holding the ring may be waiting for it */
 		return ret;
 	}
-	memcpy(k->host + off, p->src_pages, p->npages * sizeof(uint32_t));
-	memcpy(k->host + off + list, p->dst_pages, p->npages * sizeof(uint32_t));
-	CUdeviceptr lists = k->host_dev + off;
-	/* Pieces batched so far go first: the stream keeps them in order. */
-	ret = flush_batch(g);
-	if (ret)
-		return ret;
 	/* Measured on an H200 (docs/performance.md): reading the lists in place
 	 * beats copying them first up to 256 MiB per call (0.57x vs 0.38x a
 	 * contiguous copy at 1,024 x 16 KiB), not at 1 GiB (0.78x vs 0.85x),
 	 * where the extra copy is amortized and the bus reads are not. The
 	 * copy goes on the stream now, ahead of the launch that reads it. */
 	bool device_lists = g->index_mode == 2 || (g->index_mode == 0 && p->page_len * p->npages >= (512ull << 20));
+	/* XFER_GPU_SPLIT=1: a large call that finds the GPU idle (nothing of
+	 * ours launched or waiting to be) launches its first part as soon as
+	 * that part's page numbers are in the ring, and the rest once they
+	 * are: in run page7-1 a 16,384-page call's lists took the worker 12-25
+	 * us to copy before anything could start. */
+	uint32_t head = 0;
+	if (g->split && !device_lists && p->npages >= SPLIT_MIN_PAGES && !g->count && !g->kb.a.njobs)
+		head = p->npages / SPLIT_PARTS;
+	const uint32_t first = head ? head : p->npages;
+	memcpy(k->host + off, p->src_pages, first * sizeof(uint32_t));
+	memcpy(k->host + off + list, p->dst_pages, first * sizeof(uint32_t));
+	CUdeviceptr lists = k->host_dev + off;
+	/* Pieces batched so far go first: the stream keeps them in order. */
+	ret = flush_batch(g);
+	if (ret)
+		return ret;
 	if (device_lists) {
 		if (g->c->cuMemcpyHtoDAsync(k->dev + off, k->host + off, 2 * list, g->stream[g->dev]))
 			return -EIO;
 		lists = k->dev + off;
 	}
+	const bool aligned = ((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0;
 	struct xi_pages_job j = {
 		.src_base = p->src_base,
 		.src_stride = p->src_stride,
@@ -922,10 +939,21 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 		.src_pages = lists,
 		.dst_pages = lists + list,
 		.page_len = (uint32_t)p->page_len,
-		.npages = p->npages,
+		.npages = first,
 		.per_page = (uint32_t)per_page,
 	};
-	add_job(g, &j, p->page_len * p->npages,
-		((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0);
+	add_job(g, &j, p->page_len * first, aligned);
+	if (!head)
+		return 0;
+	/* The first part alone (its copy's event comes with the rest's launch,
+	 * which the stream runs after it), then the rest of the lists. */
+	launch_batch(g);
+	const uint32_t rest = p->npages - head;
+	memcpy(k->host + off + head * sizeof(uint32_t), p->src_pages + head, rest * sizeof(uint32_t));
+	memcpy(k->host + off + list + head * sizeof(uint32_t), p->dst_pages + head, rest * sizeof(uint32_t));
+	j.src_pages = lists + head * sizeof(uint32_t);
+	j.dst_pages = lists + list + head * sizeof(uint32_t);
+	j.npages = rest;
+	add_job(g, &j, p->page_len * rest, aligned);
 	return 0;
 }
