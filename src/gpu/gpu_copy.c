@@ -125,6 +125,7 @@ struct xi_gpu {
 	 * (docs/performance.md), on the way of every lone write. The event is
 	 * still queried now and then: a copy that fails never writes its word. */
 	bool split; /* XFER_GPU_SPLIT=1 (xi_gpu_copy_pages) */
+	uint32_t tile_items; /* XFER_GPU_TILE: items per tile-kernel CTA (launch_batch); 0 by the SMs */
 	bool done_flag;
 	uint32_t *flags[XI_GPU_DEVS]; /* XI_GPU_RING words per device, pinned and mapped; NULL: events only */
 	CUdeviceptr flags_dev[XI_GPU_DEVS];
@@ -184,6 +185,10 @@ struct xi_gpu *xi_gpu_create(void)
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
 	g->split = env_is("XFER_GPU_SPLIT", "1");
+	const char *tv = getenv("XFER_GPU_TILE");
+	unsigned long tn = tv ? strtoul(tv, NULL, 10) : 0;
+	/* A multiple of the tile kernel's 16 warps, at most a tile's arrays. */
+	g->tile_items = tn >= 16 && tn <= XI_TILE_ITEMS ? (uint32_t)(tn / 16 * 16) : 0;
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -243,7 +248,7 @@ static CUstream stream_of(struct xi_gpu *g, int dev)
 	}
 	if (!g->trace_tried) {
 		g->trace_tried = true; /* pinned memory needs a current context */
-		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
+		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_GRID);
 	}
 	return g->stream[dev];
 }
@@ -412,9 +417,19 @@ static void launch_batch(struct xi_gpu *g)
 	if (g->spread)
 		ctas = b->a.items; /* one warp per CTA at least, over as many SMs as can be had */
 	unsigned grid = (unsigned)(ctas < most ? ctas : most);
+	/* XFER_GPU_TILE=n (the tile kernel): runs of n items a CTA, as many
+	 * CTAs as runs (up to XI_GPU_MAX_GRID), so that the block scheduler
+	 * hands the next run to whichever SM is free instead of each resident
+	 * CTA's share being fixed at launch: in run page7-2 a 256 MiB call's
+	 * CTAs ended 127 us in on average, the last at 143-146. */
+	if (g->tile_items && fn == k->fn_tile) {
+		uint64_t runs = (b->a.items + g->tile_items - 1) / g->tile_items;
+		grid = (unsigned)(runs < XI_GPU_MAX_GRID ? runs : XI_GPU_MAX_GRID);
+		grid = grid ? grid : 1;
+	}
 	struct xi_trace_rec *tr = g->trace ? xi_gpu_trace_rec(g->trace, b->trace) : NULL;
 	if (tr) {
-		b->a.trace = xi_gpu_trace_slots(g->trace, b->trace);
+		b->a.trace = xi_gpu_trace_slots(g->trace, b->trace, grid);
 		tr->ctas = grid;
 		tr->calls = b->a.njobs;
 		tr->items = b->a.items;

@@ -15,8 +15,9 @@
 
 #define TRACE_RECS 16384u
 /* Kernel records whose timer slots may be in use at once: at most one per
- * copy in flight (XI_GPU_RING), with room to spare. */
-#define TRACE_SLOTS 512u
+ * copy in flight (XI_GPU_RING), with room to spare (320 x 2 x 4,096 CTAs x
+ * 8 bytes: 20 MiB of pinned memory while tracing). */
+#define TRACE_SLOTS 320u
 
 struct xi_gpu_trace {
 	const struct cuda_api *c;
@@ -85,9 +86,9 @@ static uint64_t *slots_of(struct xi_gpu_trace *t, uint32_t rec)
 	return t->slots + (size_t)(rec % TRACE_SLOTS) * 2 * t->max_ctas;
 }
 
-uint64_t xi_gpu_trace_slots(struct xi_gpu_trace *t, uint32_t rec)
+uint64_t xi_gpu_trace_slots(struct xi_gpu_trace *t, uint32_t rec, unsigned ctas)
 {
-	memset(slots_of(t, rec), 0, 2 * t->max_ctas * sizeof(uint64_t));
+	memset(slots_of(t, rec), 0, 2 * (ctas < t->max_ctas ? ctas : t->max_ctas) * sizeof(uint64_t));
 	return t->slots_dev + (uint64_t)((uint8_t *)slots_of(t, rec) - (uint8_t *)t->slots);
 }
 

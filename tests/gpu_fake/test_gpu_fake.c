@@ -32,6 +32,8 @@
  *   write-split  XFER_GPU_SPLIT=1: a paged write of 8,192 pages that finds
  *       the GPU idle goes in two launches (its first eighth first), the same
  *       write behind it (events held) in one; every page and immediate once
+ *   write-tile  the same writes with XFER_GPU_TILE=16: one launch each, of as
+ *       many CTAs as runs of 16 items (512)
  *   (in write-ipc and write-staged, and their variants, the writer's copy
  *   ring events are made at registration, none on the way of its copies;
  *   in every write mode neither worker calls cuStreamSynchronize: the
@@ -524,6 +526,7 @@ static int ring_source(int n, const int *fds, void *arg)
 #define SPLIT_LEN ((size_t)SPLIT_PAGES * SPLIT_PAGE)
 #define IMM_SPLIT 0x6e0
 
+static bool split_tile; /* write-tile: XFER_GPU_TILE=16 instead of the split */
 static uint32_t split_src(uint32_t i) { return (i * 4099u + 5u) % SPLIT_PAGES; }
 static uint32_t split_dst(uint32_t i) { return (i * 2053u + 17u) % SPLIT_PAGES; }
 
@@ -564,7 +567,7 @@ static int split_source(int n, const int *fds, void *arg)
 	struct fake_cuda_counts c0 = fake_cuda_counts();
 	fake_cuda_hold_events(1);
 	CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
-	for (int k = 0; k < 30000 && fake_cuda_counts().launches - c0.launches < 2; k++)
+	for (int k = 0; k < 30000 && fake_cuda_counts().launches - c0.launches < (split_tile ? 1u : 2u); k++)
 		usleep(100);
 	struct fake_cuda_counts c1 = fake_cuda_counts();
 	CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
@@ -575,7 +578,12 @@ static int split_source(int n, const int *fds, void *arg)
 	CHECK_RC(t_wait_cqe(ws.e, 60000).res, 0);
 	CHECK(t_recv_u64(fd) == 1);
 	struct fake_cuda_counts fc = fake_cuda_counts();
-	if (xi_gpu_fatbin_len) {
+	if (xi_gpu_fatbin_len && split_tile) {
+		/* Runs of 16 items: as many CTAs as runs, both calls in one
+		 * launch each. */
+		CHECK(c1.launches - c0.launches == 1 && fc.launches - c1.launches == 1);
+		CHECK(fc.last_grid == SPLIT_PAGES / 16);
+	} else if (xi_gpu_fatbin_len) {
 		/* The first: two launches of one job each; the second: one. */
 		CHECK(c1.launches - c0.launches == 2 && c1.jobs - c0.jobs == 2);
 		CHECK(fc.launches - c1.launches == 1 && fc.jobs - c1.jobs == 1);
@@ -583,8 +591,8 @@ static int split_source(int n, const int *fds, void *arg)
 	free(sp);
 	free(dp);
 	wsrc_close(&ws);
-	printf("write-split: %u pages twice verified, %llu launches (the first call split)\n", SPLIT_PAGES,
-	       (unsigned long long)(fc.launches - c0.launches));
+	printf("write-%s: %u pages twice verified, %llu launches, the last of %llu CTAs\n", split_tile ? "tile" : "split",
+	       SPLIT_PAGES, (unsigned long long)(fc.launches - c0.launches), (unsigned long long)fc.last_grid);
 	return 0;
 }
 
@@ -1101,8 +1109,9 @@ int main(int argc, char **argv)
 		return t_run_procs(1, notice_target, notice_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
-	if (!strcmp(mode, "write-split")) {
-		setenv("XFER_GPU_SPLIT", "1", 1);
+	if (!strcmp(mode, "write-split") || !strcmp(mode, "write-tile")) {
+		split_tile = !strcmp(mode, "write-tile");
+		setenv(split_tile ? "XFER_GPU_TILE" : "XFER_GPU_SPLIT", split_tile ? "16" : "1", 1);
 		return t_run_procs(1, split_target, split_source, NULL);
 	}
 	if (!strncmp(mode, "write-batch", 11)) {
