@@ -56,11 +56,8 @@
 #            paged rows with the defaults, XFER_SPIN_US=1000 and
 #            $PERCALL_AB (default: one notice per copy and the copy
 #            ring's events made at each slot's first use, as before them,
-#            XFER_NOTICE_MERGE=0 XFER_GPU_EVENTS=lazy; the first alone; a
-#            large call on an idle GPU in two launches, XFER_GPU_SPLIT=1;
-#            the tile kernel in runs of 16, 32, 64 items a CTA, as many
-#            CTAs as runs, XFER_GPU_TILE=n, and 16 with the page lists on
-#            the device; NAME:SETTINGS, the
+#            XFER_NOTICE_MERGE=0 XFER_GPU_EVENTS=lazy; the first alone;
+#            NAME:SETTINGS, the
 #            settings ","-joined, " " between variants; other settings
 #            measured in run page7-1: XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
 #            the bench's pairs by page XFER_BENCH_ORDER=src|dst), and of the
@@ -69,7 +66,7 @@
 #            0 (1024 x 4 KiB) alone with XFER_BENCH_TRACE=1 and
 #            XFER_GPU_TRACE (CSV) for every setting, 6 (single 64 KiB) by
 #            default, spinning and as before, and row 9 (single 256 MiB)
-#            by the tile kernel traced                                 ~150 s
+#            by the tile kernel traced                                 ~90 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -226,9 +223,11 @@ plan_lone() {
 # Run page7-1 (b9a20a7) measured idx, batch0, bysrc and bydst: none beyond
 # the spread on 16384 x 16 KiB (PERCALL_AB="idx:XFER_GPU_INDEX=device
 # batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst"
-# runs them again); now the merged notices and the eager events against
-# each alone off and both off (as before them).
-PERCALL_AB=${PERCALL_AB:-old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy nomerge:XFER_NOTICE_MERGE=0 split:XFER_GPU_SPLIT=1 tile16:XFER_GPU_TILE=16 tile32:XFER_GPU_TILE=32 tile64:XFER_GPU_TILE=64 tile16idx:XFER_GPU_TILE=16,XFER_GPU_INDEX=device}
+# runs them again); run page7-3 (d54c7b7) a large call split in two
+# launches and the tile kernel oversubscribed in runs of 16-64 items (both
+# removed: within the spread). Now the merged notices and the events made
+# at registration against merging alone off and both off (as before them).
+PERCALL_AB=${PERCALL_AB:-old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy nomerge:XFER_NOTICE_MERGE=0}
 plan_percall() {
 	local r v rw
 	local vars="spin:XFER_SPIN_US=1000 $PERCALL_AB"

@@ -124,19 +124,12 @@ struct xi_gpu {
 	 * finds the copy done cost this thread 1.6-1.9 us on an H200
 	 * (docs/performance.md), on the way of every lone write. The event is
 	 * still queried now and then: a copy that fails never writes its word. */
-	bool split; /* XFER_GPU_SPLIT=1 (xi_gpu_copy_pages) */
-	uint32_t tile_items; /* XFER_GPU_TILE: items per tile-kernel CTA (launch_batch); 0 by the SMs */
 	bool done_flag;
 	uint32_t *flags[XI_GPU_DEVS]; /* XI_GPU_RING words per device, pinned and mapped; NULL: events only */
 	CUdeviceptr flags_dev[XI_GPU_DEVS];
 	uint32_t flag_seq;
 	uint32_t flag_polls;
 };
-
-/* XFER_GPU_SPLIT=1: calls of this many pages or more that find the GPU idle
- * go in two launches, the first with 1 / SPLIT_PARTS of the pages. */
-#define SPLIT_MIN_PAGES 4096u
-#define SPLIT_PARTS 8u
 
 /* Polls between two queries of the event of a copy that writes a word. */
 #define FLAG_QUERY_EVERY 64u
@@ -174,6 +167,8 @@ struct xi_gpu *xi_gpu_create(void)
 			v <<= 10;
 		else if (*end == 'm' || *end == 'M')
 			v <<= 20;
+		else if (*end == 'g' || *end == 'G') /* "1G" was 1 byte: every copy by the copy engine */
+			v <<= 30;
 		g->kernel_max = v;
 	}
 	g->kb.dev = -1;
@@ -184,11 +179,6 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
-	g->split = env_is("XFER_GPU_SPLIT", "1");
-	const char *tv = getenv("XFER_GPU_TILE");
-	unsigned long tn = tv ? strtoul(tv, NULL, 10) : 0;
-	/* A multiple of the tile kernel's 16 warps, at most a tile's arrays. */
-	g->tile_items = tn >= 16 && tn <= XI_TILE_ITEMS ? (uint32_t)(tn / 16 * 16) : 0;
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -217,12 +207,13 @@ static int use_dev(struct xi_gpu *g, int dev)
 static bool make_flags(struct xi_gpu *g, int dev);
 
 /* The ring's events and copy-end words of dev, made with its stream (at GPU
- * registration, xi_gpu_prepare) rather than at each slot's first copy: an
- * event's creation cost the worker about a microsecond on the way of the
- * first 256 copies (a burst of 64 paged calls created 64 of them between
- * its launches), the words' pinned memory a millisecond on the first.
- * Best effort: a slot left without its event makes it at first use, as
- * before (XFER_GPU_EVENTS=lazy: always so, for A/B runs). */
+ * registration, xi_gpu_prepare) rather than at each slot's first copy, where
+ * each creation was a driver allocation on the way of one of the first 256
+ * copies (run page7-3, H200: lone 64 KiB writes, call to completion p50
+ * 12.6 us against 15.1 us with events made at first use), and the words'
+ * pinned memory on the way of the first. Best effort: a slot left without
+ * its event makes it at first use, as before (XFER_GPU_EVENTS=lazy: always
+ * so, for A/B runs). */
 static void make_ring(struct xi_gpu *g, int dev)
 {
 	if (g->done_flag)
@@ -248,7 +239,7 @@ static CUstream stream_of(struct xi_gpu *g, int dev)
 	}
 	if (!g->trace_tried) {
 		g->trace_tried = true; /* pinned memory needs a current context */
-		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_GRID);
+		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
 	}
 	return g->stream[dev];
 }
@@ -417,16 +408,6 @@ static void launch_batch(struct xi_gpu *g)
 	if (g->spread)
 		ctas = b->a.items; /* one warp per CTA at least, over as many SMs as can be had */
 	unsigned grid = (unsigned)(ctas < most ? ctas : most);
-	/* XFER_GPU_TILE=n (the tile kernel): runs of n items a CTA, as many
-	 * CTAs as runs (up to XI_GPU_MAX_GRID), so that the block scheduler
-	 * hands the next run to whichever SM is free instead of each resident
-	 * CTA's share being fixed at launch: in run page7-2 a 256 MiB call's
-	 * CTAs ended 127 us in on average, the last at 143-146. */
-	if (g->tile_items && fn == k->fn_tile) {
-		uint64_t runs = (b->a.items + g->tile_items - 1) / g->tile_items;
-		grid = (unsigned)(runs < XI_GPU_MAX_GRID ? runs : XI_GPU_MAX_GRID);
-		grid = grid ? grid : 1;
-	}
 	struct xi_trace_rec *tr = g->trace ? xi_gpu_trace_rec(g->trace, b->trace) : NULL;
 	if (tr) {
 		b->a.trace = xi_gpu_trace_slots(g->trace, b->trace, grid);
@@ -918,34 +899,24 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 		launch_batch(g); /* the copies holding the ring may be waiting for it */
 		return ret;
 	}
+	memcpy(k->host + off, p->src_pages, p->npages * sizeof(uint32_t));
+	memcpy(k->host + off + list, p->dst_pages, p->npages * sizeof(uint32_t));
+	CUdeviceptr lists = k->host_dev + off;
+	/* Pieces batched so far go first: the stream keeps them in order. */
+	ret = flush_batch(g);
+	if (ret)
+		return ret;
 	/* Measured on an H200 (docs/performance.md): reading the lists in place
 	 * beats copying them first up to 256 MiB per call (0.57x vs 0.38x a
 	 * contiguous copy at 1,024 x 16 KiB), not at 1 GiB (0.78x vs 0.85x),
 	 * where the extra copy is amortized and the bus reads are not. The
 	 * copy goes on the stream now, ahead of the launch that reads it. */
 	bool device_lists = g->index_mode == 2 || (g->index_mode == 0 && p->page_len * p->npages >= (512ull << 20));
-	/* XFER_GPU_SPLIT=1: a large call that finds the GPU idle (nothing of
-	 * ours launched or waiting to be) launches its first part as soon as
-	 * that part's page numbers are in the ring, and the rest once they
-	 * are: in run page7-1 a 16,384-page call's lists took the worker 12-25
-	 * us to copy before anything could start. */
-	uint32_t head = 0;
-	if (g->split && !device_lists && p->npages >= SPLIT_MIN_PAGES && !g->count && !g->kb.a.njobs)
-		head = p->npages / SPLIT_PARTS;
-	const uint32_t first = head ? head : p->npages;
-	memcpy(k->host + off, p->src_pages, first * sizeof(uint32_t));
-	memcpy(k->host + off + list, p->dst_pages, first * sizeof(uint32_t));
-	CUdeviceptr lists = k->host_dev + off;
-	/* Pieces batched so far go first: the stream keeps them in order. */
-	ret = flush_batch(g);
-	if (ret)
-		return ret;
 	if (device_lists) {
 		if (g->c->cuMemcpyHtoDAsync(k->dev + off, k->host + off, 2 * list, g->stream[g->dev]))
 			return -EIO;
 		lists = k->dev + off;
 	}
-	const bool aligned = ((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0;
 	struct xi_pages_job j = {
 		.src_base = p->src_base,
 		.src_stride = p->src_stride,
@@ -954,21 +925,10 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 		.src_pages = lists,
 		.dst_pages = lists + list,
 		.page_len = (uint32_t)p->page_len,
-		.npages = first,
+		.npages = p->npages,
 		.per_page = (uint32_t)per_page,
 	};
-	add_job(g, &j, p->page_len * first, aligned);
-	if (!head)
-		return 0;
-	/* The first part alone (its copy's event comes with the rest's launch,
-	 * which the stream runs after it), then the rest of the lists. */
-	launch_batch(g);
-	const uint32_t rest = p->npages - head;
-	memcpy(k->host + off + head * sizeof(uint32_t), p->src_pages + head, rest * sizeof(uint32_t));
-	memcpy(k->host + off + list + head * sizeof(uint32_t), p->dst_pages + head, rest * sizeof(uint32_t));
-	j.src_pages = lists + head * sizeof(uint32_t);
-	j.dst_pages = lists + list + head * sizeof(uint32_t);
-	j.npages = rest;
-	add_job(g, &j, p->page_len * rest, aligned);
+	add_job(g, &j, p->page_len * p->npages,
+		((p->src_base | p->src_stride | p->dst_base | p->dst_stride | p->page_len) & 15) == 0);
 	return 0;
 }

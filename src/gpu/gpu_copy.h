@@ -34,8 +34,7 @@
 #define XI_GPU_RING 256 /* copies in flight; beyond that, callers wait */
 #define XI_GPU_BATCH 512
 #define XI_GPU_DEVS 16
-#define XI_GPU_MAX_CTAS 1024u /* a launch's grid at most, by the SMs */
-#define XI_GPU_MAX_GRID 4096u /* ... and with XFER_GPU_TILE (runs of a few items each) */
+#define XI_GPU_MAX_CTAS 1024u /* a launch's grid at most */
 /* Contiguous copies up to this go by kernel: below it a launch shared by the
  * calls of a turn beats one copy-engine copy and event each. */
 #define XI_GPU_KERNEL_MAX_DEFAULT (16ull << 20)

@@ -15,9 +15,8 @@
 
 #define TRACE_RECS 16384u
 /* Kernel records whose timer slots may be in use at once: at most one per
- * copy in flight (XI_GPU_RING), with room to spare (320 x 2 x 4,096 CTAs x
- * 8 bytes: 20 MiB of pinned memory while tracing). */
-#define TRACE_SLOTS 320u
+ * copy in flight (XI_GPU_RING), with room to spare. */
+#define TRACE_SLOTS 512u
 
 struct xi_gpu_trace {
 	const struct cuda_api *c;

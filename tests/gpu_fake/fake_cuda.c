@@ -441,7 +441,6 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	counts.launches++;
 	counts.by_kernel[which - 1]++;
 	counts.jobs += a->njobs;
-	counts.last_grid = gx;
 	pthread_mutex_unlock(&lock);
 	CUresult r = enqueue(s, NULL, NULL, 0);
 	if (!r) {

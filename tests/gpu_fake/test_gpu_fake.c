@@ -29,11 +29,6 @@
  *       and no event query finds a copy done)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
- *   write-split  XFER_GPU_SPLIT=1: a paged write of 8,192 pages that finds
- *       the GPU idle goes in two launches (its first eighth first), the same
- *       write behind it (events held) in one; every page and immediate once
- *   write-tile  the same writes with XFER_GPU_TILE=16: one launch each, of as
- *       many CTAs as runs of 16 items (512)
  *   (in write-ipc and write-staged, and their variants, the writer's copy
  *   ring events are made at registration, none on the way of its copies;
  *   in every write mode neither worker calls cuStreamSynchronize: the
@@ -511,88 +506,6 @@ static int ring_source(int n, const int *fds, void *arg)
 	free(dp);
 	printf("write-ring: %d paged writes of %u pages in %llu launches, %llu launched while events were held, all landed\n",
 	       RING_CALLS, RING_PAGES, (unsigned long long)fc.launches, (unsigned long long)held);
-	return 0;
-}
-
-/* ----------------------------------------------------------- split calls */
-
-/* XFER_GPU_SPLIT=1 (write-split): a paged write of SPLIT_PAGES pages (over
- * 32 MiB regions, scattered both sides) that finds the GPU idle goes in two
- * launches, its first eighth first; the same write posted while that one is
- * still in flight (events held) goes in one. Every page lands where its pair
- * says, every immediate counts once. */
-#define SPLIT_PAGES 8192u
-#define SPLIT_PAGE 4096u
-#define SPLIT_LEN ((size_t)SPLIT_PAGES * SPLIT_PAGE)
-#define IMM_SPLIT 0x6e0
-
-static bool split_tile; /* write-tile: XFER_GPU_TILE=16 instead of the split */
-static uint32_t split_src(uint32_t i) { return (i * 4099u + 5u) % SPLIT_PAGES; }
-static uint32_t split_dst(uint32_t i) { return (i * 2053u + 17u) % SPLIT_PAGES; }
-
-static int split_target(int idx, int fd, void *arg)
-{
-	(void)idx, (void)arg;
-	struct wdst d = wdst_open(fd, SPLIT_LEN, 1);
-	struct xfer_completion c = {0};
-	CHECK_OK(xfer_expect_imm(d.e, IMM_SPLIT, 2 * SPLIT_PAGES, &c));
-	t_send_desc(fd, d.mr);
-	CHECK_RC(t_wait_cqe(d.e, 60000).res, 0);
-	t_fill(d.want, SPLIT_LEN, 13);
-	for (uint32_t i = 0; i < SPLIT_PAGES; i++)
-		CHECK(memcmp(d.gpu + (size_t)split_dst(i) * SPLIT_PAGE, d.want + (size_t)split_src(i) * SPLIT_PAGE,
-			     SPLIT_PAGE) == 0);
-	uint32_t extra = 99;
-	CHECK_OK(xfer_imm_disarm(d.e, IMM_SPLIT, &extra));
-	CHECK(extra == 0); /* nothing counted twice */
-	t_send_u64(fd, 1);
-	wdst_close(&d);
-	return 0;
-}
-
-static int split_source(int n, const int *fds, void *arg)
-{
-	(void)n, (void)arg;
-	int fd = fds[0];
-	struct wsrc ws = wsrc_open_len(fd, 13, SPLIT_LEN);
-	uint32_t *sp = malloc(SPLIT_PAGES * sizeof(*sp)), *dp = malloc(SPLIT_PAGES * sizeof(*dp));
-	CHECK(sp && dp);
-	for (uint32_t i = 0; i < SPLIT_PAGES; i++) {
-		sp[i] = split_src(i);
-		dp[i] = split_dst(i);
-	}
-	struct xfer_paged_write pw = {.src = ws.mr, .dst = ws.dst, .page_len = SPLIT_PAGE, .src_pages = sp,
-				      .src_stride = SPLIT_PAGE, .dst_pages = dp, .dst_stride = SPLIT_PAGE,
-				      .npages = SPLIT_PAGES, .imm = IMM_SPLIT, .flags = XFER_F_IMM};
-	struct fake_cuda_counts c0 = fake_cuda_counts();
-	fake_cuda_hold_events(1);
-	CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
-	for (int k = 0; k < 30000 && fake_cuda_counts().launches - c0.launches < (split_tile ? 1u : 2u); k++)
-		usleep(100);
-	struct fake_cuda_counts c1 = fake_cuda_counts();
-	CHECK_OK(xfer_write_paged(ws.e, &pw, NULL));
-	for (int k = 0; k < 30000 && fake_cuda_counts().launches - c1.launches < 1; k++)
-		usleep(100);
-	fake_cuda_hold_events(0);
-	CHECK_RC(t_wait_cqe(ws.e, 60000).res, 0);
-	CHECK_RC(t_wait_cqe(ws.e, 60000).res, 0);
-	CHECK(t_recv_u64(fd) == 1);
-	struct fake_cuda_counts fc = fake_cuda_counts();
-	if (xi_gpu_fatbin_len && split_tile) {
-		/* Runs of 16 items: as many CTAs as runs, both calls in one
-		 * launch each. */
-		CHECK(c1.launches - c0.launches == 1 && fc.launches - c1.launches == 1);
-		CHECK(fc.last_grid == SPLIT_PAGES / 16);
-	} else if (xi_gpu_fatbin_len) {
-		/* The first: two launches of one job each; the second: one. */
-		CHECK(c1.launches - c0.launches == 2 && c1.jobs - c0.jobs == 2);
-		CHECK(fc.launches - c1.launches == 1 && fc.jobs - c1.jobs == 1);
-	}
-	free(sp);
-	free(dp);
-	wsrc_close(&ws);
-	printf("write-%s: %u pages twice verified, %llu launches, the last of %llu CTAs\n", split_tile ? "tile" : "split",
-	       SPLIT_PAGES, (unsigned long long)(fc.launches - c0.launches), (unsigned long long)fc.last_grid);
 	return 0;
 }
 
@@ -1109,11 +1022,6 @@ int main(int argc, char **argv)
 		return t_run_procs(1, notice_target, notice_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
-	if (!strcmp(mode, "write-split") || !strcmp(mode, "write-tile")) {
-		split_tile = !strcmp(mode, "write-tile");
-		setenv(split_tile ? "XFER_GPU_TILE" : "XFER_GPU_SPLIT", split_tile ? "16" : "1", 1);
-		return t_run_procs(1, split_target, split_source, NULL);
-	}
 	if (!strncmp(mode, "write-batch", 11)) {
 		if (!xi_gpu_fatbin_len) {
 			printf("SKIP: built without the copy kernels\n");
