@@ -51,6 +51,22 @@
 #            default vs tile, STAGED_REPS times (their gathers and landings
 #            are paged launches too); test_gpu ipc/scatter-ipc/staged/
 #            scatter-staged with the default on shm and tcp            ~70 s
+#   percall  issue 14's page7 task (the 16384 x 16 KiB row, 1024 x 4 KiB,
+#            single 64 KiB at 1 in flight): REPS rounds, interleaved, of the
+#            paged rows with the defaults, XFER_SPIN_US=1000 and
+#            $PERCALL_AB (default: one notice per copy and the copy
+#            ring's events made at each slot's first use, as before them,
+#            XFER_NOTICE_MERGE=0 XFER_GPU_EVENTS=lazy; the first alone;
+#            NAME:SETTINGS, the
+#            settings ","-joined, " " between variants; other settings
+#            measured in run page7-1: XFER_GPU_INDEX=device, XFER_GPU_BATCH=0,
+#            the bench's pairs by page XFER_BENCH_ORDER=src|dst), and of the
+#            single rows with
+#            the defaults and XFER_SPIN_US=1000; then rows 3 (16384 x 16 KiB),
+#            0 (1024 x 4 KiB) alone with XFER_BENCH_TRACE=1 and
+#            XFER_GPU_TRACE (CSV) for every setting, 6 (single 64 KiB) by
+#            default, spinning and as before, and row 9 (single 256 MiB)
+#            by the tile kernel traced                                 ~90 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -204,6 +220,47 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
+# Run page7-1 (b9a20a7) measured idx, batch0, bysrc and bydst: none beyond
+# the spread on 16384 x 16 KiB (PERCALL_AB="idx:XFER_GPU_INDEX=device
+# batch0:XFER_GPU_BATCH=0 bysrc:XFER_BENCH_ORDER=src bydst:XFER_BENCH_ORDER=dst"
+# runs them again); run page7-3 (d54c7b7) a large call split in two
+# launches and the tile kernel oversubscribed in runs of 16-64 items (both
+# removed: within the spread). Now the merged notices and the events made
+# at registration against merging alone off and both off (as before them).
+PERCALL_AB=${PERCALL_AB:-old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy nomerge:XFER_NOTICE_MERGE=0}
+plan_percall() {
+	local r v rw
+	local vars="spin:XFER_SPIN_US=1000 $PERCALL_AB"
+	for r in $(seq "$REPS"); do
+		step pc-paged-default-r$r 15 env XFER_BENCH_ONLY=paged $B
+		for v in $vars; do
+			local envs=${v#*:}
+			step pc-paged-${v%%:*}-r$r 15 env ${envs//,/ } XFER_BENCH_ONLY=paged $B
+		done
+		step pc-single-default-r$r 20 env XFER_BENCH_ONLY=single $B
+		step pc-single-spin-r$r 20 env XFER_SPIN_US=1000 XFER_BENCH_ONLY=single $B
+		step pc-single-old-r$r 20 env XFER_NOTICE_MERGE=0 XFER_GPU_EVENTS=lazy XFER_BENCH_ONLY=single $B
+	done
+	for rw in 3:p16k16k 0:p1k4k 6:s64k; do
+		step pc-trace-${rw#*:}-default 15 env XFER_BENCH_TRACE=1 XFER_BENCH_ROW=${rw%%:*} \
+			XFER_GPU_TRACE="$out/pc-trace-${rw#*:}-default.csv" $B
+		# The single row: by default and spinning only (the others are
+		# paged settings).
+		[ "${rw#*:}" = s64k ] && vars="spin:XFER_SPIN_US=1000 old:XFER_NOTICE_MERGE=0,XFER_GPU_EVENTS=lazy"
+		for v in $vars; do
+			local envs=${v#*:}
+			step pc-trace-${rw#*:}-${v%%:*} 15 env ${envs//,/ } XFER_BENCH_TRACE=1 XFER_BENCH_ROW=${rw%%:*} \
+				XFER_GPU_TRACE="$out/pc-trace-${rw#*:}-${v%%:*}.csv" $B
+		done
+	done
+	# The tile kernel on one contiguous 256 MiB copy (row 9 by kernel): its
+	# GPU time beside a call of 16,384 random 16 KiB pages (~143 us in run
+	# page7-1) and the copy engine's (~131 us): random pages' cost, or the
+	# kernel's own.
+	step pc-trace-s256m-kernel 15 env XFER_GPU_LONE=kernel XFER_GPU_KERNEL_MAX=1G XFER_BENCH_ROW=9 \
+		XFER_GPU_TRACE="$out/pc-trace-s256m-kernel.csv" $B
+}
+
 plan_full() {
 	step bench 20 $B
 	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
@@ -217,7 +274,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto percall full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

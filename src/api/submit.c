@@ -10,6 +10,7 @@
 #include "core/path.h"
 #include "core/subq.h"
 #include "util/sys.h"
+#include "util/u32_max.h"
 
 /* The call's first stamp, or 0 when it is not traced. A trace of one call
  * in N (counted per submitting thread) keeps the clock reads, about 0.1 us
@@ -53,10 +54,7 @@ static inline bool page_ok(uint64_t base, uint32_t idx, uint64_t stride, uint64_
  * per call before, ~13 us after). */
 static uint32_t max_index(const uint32_t *v, uint32_t n)
 {
-	uint32_t m = 0;
-	for (uint32_t i = 0; i < n; i++)
-		m = v[i] > m ? v[i] : m;
-	return m;
+	return xi_u32_max(v, n);
 }
 
 static void fill_completion(xfer_engine_t *e, struct sub *s, const struct xfer_completion *c,

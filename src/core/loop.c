@@ -173,13 +173,18 @@ static int poll_gpu(struct worker *w)
 	int got = xi_gpu_pending(w->gpu) ? xi_gpu_poll(w->gpu, ev, POLL_BATCH) : 0;
 	for (int i = 0; i < got; i++) {
 		struct wr *wr = ev[i].ctx;
+		if (wr->kind == WR_COPY) {
+			xi_notice_copied(w, wr, ev[i].status);
+			continue;
+		}
+		/* Copies' notices held to go as one go before anything else. */
+		xi_notice_merge_flush(w);
 		if (wr->kind == WR_STAGE)
 			xi_path_staged_src(w, wr, ev[i].status);
-		else if (wr->kind == WR_LANDING)
-			xi_notice_landed_gpu(w, wr, ev[i].status);
 		else
-			xi_notice_copied(w, wr, ev[i].status);
+			xi_notice_landed_gpu(w, wr, ev[i].status);
 	}
+	xi_notice_merge_flush(w);
 	return got;
 }
 

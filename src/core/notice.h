@@ -41,8 +41,12 @@ int xi_notice_imm(struct worker *w, struct wr *wr);
 /* The data of entry wr->slot is in place (wr carried it to a mirror, or its
  * GPU copy finished): its notice goes out when one is due, else wr is freed. */
 void xi_notice_landed(struct worker *w, struct wr *wr, bool staged);
-/* The GPU copy that wr stands for finished with status. */
+/* The GPU copy that wr stands for finished with status. Notices of copies
+ * that finish together may be held to go as one: the poll that reports
+ * them calls xi_notice_merge_flush before anything else is posted and once
+ * it is done (XFER_NOTICE_MERGE=0: never held). */
 void xi_notice_copied(struct worker *w, struct wr *wr, int status);
+void xi_notice_merge_flush(struct worker *w);
 /* An entry's notice completed at the provider. */
 void xi_notice_done(struct worker *w, struct wr *wr, int status);
 /* A same-host GPU copy of `bytes` for op has just been issued: a long one

@@ -26,6 +26,10 @@ enum wr_kind {
 
 /* One posted request; the backend's context must come first. The context
  * the backend returns with a completion leads straight back to its op. */
+/* Notices merged into one at most (core/notice.c): a poll of the GPU's
+ * copies reports at most this many. */
+#define XI_NOTICE_MERGE 32
+
 struct wr {
 	_Alignas(16) unsigned char prov[NIC_CTX_BYTES];
 	struct op *op;
@@ -154,6 +158,13 @@ struct worker {
 	struct landing *landings, *free_landings; /* XI_LANDINGS, where a GPU is */
 	uint32_t *landing_idx, landing_idx_max;   /* a notice's ranges as page numbers */
 	uint64_t ahead_until; /* a peer's copy to us was announced: stay awake until its count, or this */
+	/* Copies that finished in one poll of the GPU, whose notices go as one
+	 * (same peer, region and immediate): the first's context carries it.
+	 * Empty outside poll_gpu (core/loop.c). */
+	struct wr *merge[XI_NOTICE_MERGE];
+	uint32_t nmerge;
+	uint64_t merge_count;
+	bool merge_off; /* XFER_NOTICE_MERGE=0: one notice per copy */
 	/* core/telemetry.c: counters and histograms the readers aggregate */
 	struct xi_tel *tel;
 	/* gpu/gpu_copy.c, NULL without a CUDA driver */

@@ -167,6 +167,8 @@ struct xi_gpu *xi_gpu_create(void)
 			v <<= 10;
 		else if (*end == 'm' || *end == 'M')
 			v <<= 20;
+		else if (*end == 'g' || *end == 'G') /* "1G" was 1 byte: every copy by the copy engine */
+			v <<= 30;
 		g->kernel_max = v;
 	}
 	g->kb.dev = -1;
@@ -202,13 +204,39 @@ static int use_dev(struct xi_gpu *g, int dev)
 	return ret;
 }
 
+static bool make_flags(struct xi_gpu *g, int dev);
+
+/* The ring's events and copy-end words of dev, made with its stream (at GPU
+ * registration, xi_gpu_prepare) rather than at each slot's first copy, where
+ * each creation was a driver allocation on the way of one of the first 256
+ * copies (run page7-3, H200: lone 64 KiB writes, call to completion p50
+ * 12.6 us against 15.1 us with events made at first use), and the words'
+ * pinned memory on the way of the first. Best effort: a slot left without
+ * its event makes it at first use, as before (XFER_GPU_EVENTS=lazy: always
+ * so, for A/B runs). */
+static void make_ring(struct xi_gpu *g, int dev)
+{
+	if (g->done_flag)
+		(void)make_flags(g, dev);
+	if (env_is("XFER_GPU_EVENTS", "lazy"))
+		return;
+	for (uint32_t i = 0; i < XI_GPU_RING; i++)
+		if (g->c->cuEventCreate(&g->events[dev][i], CU_EVENT_DISABLE_TIMING)) {
+			g->events[dev][i] = NULL;
+			break;
+		}
+}
+
 /* This engine's stream on dev, with dev's context made current. */
 static CUstream stream_of(struct xi_gpu *g, int dev)
 {
 	if (dev < 0 || dev >= XI_GPU_DEVS || use_dev(g, dev))
 		return NULL;
-	if (!g->stream[dev] && g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
-		return NULL;
+	if (!g->stream[dev]) {
+		if (g->c->cuStreamCreate(&g->stream[dev], CU_STREAM_NON_BLOCKING))
+			return NULL;
+		make_ring(g, dev);
+	}
 	if (!g->trace_tried) {
 		g->trace_tried = true; /* pinned memory needs a current context */
 		g->trace = xi_gpu_trace_create(g->c, XI_GPU_MAX_CTAS);
@@ -311,27 +339,33 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
  * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
  * hold it, or 1 for a list that would not fit even an empty ring. */
 
+/* dev's copy-end words, once per device (make_ring): false, words off from
+ * now on, if there is no mapped pinned memory for them. */
+static bool make_flags(struct xi_gpu *g, int dev)
+{
+	if (g->flags[dev])
+		return true;
+	if (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
+				 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
+	    g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0)) {
+		xwarn("no mapped memory for the copy-end words of device %d: copies use events", dev);
+		if (g->flags[dev])
+			g->c->cuMemFreeHost(g->flags[dev]);
+		g->flags[dev] = NULL;
+		g->done_flag = false;
+		return false;
+	}
+	memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
+	return true;
+}
+
 /* The stream's write of a fresh sequence number to word slot of dev's
  * flags, after everything queued on st so far: the value, or 0 (words off,
  * or no memory for them, or the driver refused: events only from now on). */
 static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
 {
-	if (!g->done_flag)
+	if (!g->done_flag || !make_flags(g, dev))
 		return 0;
-	if (!g->flags[dev]) {
-		/* Once per device, at its first tracked copy (like its events). */
-		if (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
-					 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
-		    g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0)) {
-			xwarn("no mapped memory for the copy-end words of device %d: copies use events", dev);
-			if (g->flags[dev])
-				g->c->cuMemFreeHost(g->flags[dev]);
-			g->flags[dev] = NULL;
-			g->done_flag = false;
-			return 0;
-		}
-		memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
-	}
 	uint32_t seq = ++g->flag_seq ? g->flag_seq : ++g->flag_seq; /* never 0 */
 	if (g->c->cuStreamWriteValue32(st, g->flags_dev[dev] + slot * sizeof(uint32_t), seq, 0)) {
 		xwarn("the driver refused a stream write (cuStreamWriteValue32): copies' ends are seen by events");
@@ -376,7 +410,7 @@ static void launch_batch(struct xi_gpu *g)
 	unsigned grid = (unsigned)(ctas < most ? ctas : most);
 	struct xi_trace_rec *tr = g->trace ? xi_gpu_trace_rec(g->trace, b->trace) : NULL;
 	if (tr) {
-		b->a.trace = xi_gpu_trace_slots(g->trace, b->trace);
+		b->a.trace = xi_gpu_trace_slots(g->trace, b->trace, grid);
 		tr->ctas = grid;
 		tr->calls = b->a.njobs;
 		tr->items = b->a.items;

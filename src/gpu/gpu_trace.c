@@ -60,7 +60,7 @@ struct xi_gpu_trace *xi_gpu_trace_create(const struct cuda_api *c, unsigned max_
 	if (!t->rec || c->cuMemHostAlloc((void **)&t->slots, slot_bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
 	    c->cuMemHostGetDevicePointer(&t->slots_dev, t->slots, 0)) {
 		xwarn("XFER_GPU_TRACE: no memory for the trace; tracing off");
-		free(t->rec);
+			free(t->rec);
 		free(t);
 		return NULL;
 	}
@@ -85,10 +85,16 @@ static uint64_t *slots_of(struct xi_gpu_trace *t, uint32_t rec)
 	return t->slots + (size_t)(rec % TRACE_SLOTS) * 2 * t->max_ctas;
 }
 
-uint64_t xi_gpu_trace_slots(struct xi_gpu_trace *t, uint32_t rec)
+uint64_t xi_gpu_trace_slots(struct xi_gpu_trace *t, uint32_t rec, unsigned ctas)
 {
-	memset(slots_of(t, rec), 0, 2 * t->max_ctas * sizeof(uint64_t));
+	memset(slots_of(t, rec), 0, 2 * (ctas < t->max_ctas ? ctas : t->max_ctas) * sizeof(uint64_t));
 	return t->slots_dev + (uint64_t)((uint8_t *)slots_of(t, rec) - (uint8_t *)t->slots);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
 }
 
 void xi_gpu_trace_done(struct xi_gpu_trace *t, uint32_t rec)
@@ -102,16 +108,30 @@ void xi_gpu_trace_done(struct xi_gpu_trace *t, uint32_t rec)
 	if (r->kind != XI_TRACE_KERNEL || !r->ctas)
 		return;
 	const volatile uint64_t *s = slots_of(t, rec);
-	uint64_t lo = UINT64_MAX, hi = 0;
+	uint64_t lo = UINT64_MAX, hi = 0, last_start = 0, first_end = UINT64_MAX, sum_end = 0;
+	unsigned nend = 0;
 	for (unsigned i = 0; i < r->ctas && i < t->max_ctas; i++) {
 		uint64_t a = s[2 * i], b = s[2 * i + 1];
 		if (a && a < lo)
 			lo = a;
+		if (a > last_start)
+			last_start = a;
 		if (b > hi)
 			hi = b;
+		if (b && b < first_end)
+			first_end = b;
+		if (b && lo != UINT64_MAX) {
+			sum_end += b - lo; /* from the first start: no overflow */
+			nend++;
+		}
 	}
 	r->gpu_start = lo == UINT64_MAX ? 0 : lo;
 	r->gpu_end = hi;
+	r->gpu_last_start = last_start;
+	/* A mean rather than a median: this runs on the worker (traced runs
+	 * only), and a sort of every CTA's end would delay what it reports. */
+	r->gpu_first_end = first_end == UINT64_MAX ? 0 : first_end;
+	r->gpu_mean_end = nend ? lo + sum_end / nend : 0;
 }
 
 void xi_gpu_trace_query(struct xi_gpu_trace *t, uint64_t ns, bool ready)
@@ -126,12 +146,6 @@ void xi_gpu_trace_query(struct xi_gpu_trace *t, uint64_t ns, bool ready)
 
 /* ------------------------------------------------------------ summary */
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* One stage's p50 / p90 / max in microseconds, over n values. */
 static void stage(const char *kind, const char *name, int64_t *v, size_t n)
 {
@@ -145,7 +159,7 @@ static void stage(const char *kind, const char *name, int64_t *v, size_t n)
 	      sum / (double)n / 1e3, (double)v[n / 2] / 1e3, (double)v[n * 9 / 10] / 1e3, (double)v[n - 1] / 1e3);
 }
 
-#define NSTAGES 9
+#define NSTAGES 11
 static const char *const stage_name[NSTAGES] = {
 	"open->launch (waiting to batch)",
 	"launch call (host)",
@@ -156,6 +170,8 @@ static const char *const stage_name[NSTAGES] = {
 	"GPU end->worker saw it (clocks)",
 	"launch returned->worker saw it",
 	"open->worker saw it",
+	"GPU CTA starts (first->last)",
+	"GPU CTA ends (mean->last)",
 };
 
 static void summarize(struct xi_gpu_trace *t, uint8_t kind)
@@ -184,6 +200,8 @@ static void summarize(struct xi_gpu_trace *t, uint8_t kind)
 			r->gpu_end ? (int64_t)(r->rt_done - r->gpu_end) : INT64_MIN,
 			(int64_t)(r->t_done - r->t_launched),
 			(int64_t)(r->t_done - r->t_open),
+			r->gpu_last_start ? (int64_t)(r->gpu_last_start - r->gpu_start) : INT64_MIN,
+			r->gpu_mean_end ? (int64_t)(r->gpu_end - r->gpu_mean_end) : INT64_MIN,
 		};
 		if (r->gpu_end)
 			prev_end = r->gpu_end;
@@ -213,17 +231,18 @@ static void write_csv(struct xi_gpu_trace *t)
 		return;
 	}
 	fprintf(f, "kind,calls,items,ctas,bytes,t_open,t_launch,t_launched,t_recorded,t_done,rt_launched,rt_done,"
-		   "gpu_start,gpu_end\n");
+		   "gpu_start,gpu_end,gpu_last_start,gpu_first_end,gpu_mean_end\n");
 	uint64_t first = t->n > TRACE_RECS ? t->n - TRACE_RECS : 0;
 	for (uint64_t k = first; k < t->n; k++) {
 		const struct xi_trace_rec *r = &t->rec[k % TRACE_RECS];
-		fprintf(f, "%s,%u,%u,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n",
+		fprintf(f, "%s,%u,%u,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n",
 			r->kind == XI_TRACE_KERNEL ? "kernel" : "engine", r->calls, r->items, r->ctas,
 			(unsigned long long)r->bytes, (unsigned long long)r->t_open, (unsigned long long)r->t_launch,
 			(unsigned long long)r->t_launched, (unsigned long long)r->t_recorded,
 			(unsigned long long)r->t_done, (unsigned long long)r->rt_launched,
 			(unsigned long long)r->rt_done, (unsigned long long)r->gpu_start,
-			(unsigned long long)r->gpu_end);
+			(unsigned long long)r->gpu_end, (unsigned long long)r->gpu_last_start,
+			(unsigned long long)r->gpu_first_end, (unsigned long long)r->gpu_mean_end);
 	}
 	fclose(f);
 	xinfo("XFER_GPU_TRACE: %llu records written to %s", (unsigned long long)(t->n - first), path);
@@ -236,7 +255,7 @@ void xi_gpu_trace_destroy(struct xi_gpu_trace *t)
 	if (!t->n) {
 		/* Nothing copied here (a target's engine): nothing to say. */
 		t->c->cuMemFreeHost(t->slots);
-		free(t->rec);
+			free(t->rec);
 		free(t);
 		return;
 	}

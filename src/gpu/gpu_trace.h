@@ -30,6 +30,10 @@ struct xi_trace_rec {
 	uint64_t rt_launched; /* CLOCK_REALTIME at t_launched */
 	uint64_t rt_done;     /* CLOCK_REALTIME at t_done */
 	uint64_t gpu_start, gpu_end; /* earliest CTA start, latest CTA end (kernels) */
+	/* The latest CTA start, the earliest and the mean CTA end: how long
+	 * the grid takes to get going, and how long its last CTAs run after
+	 * most are done (a static split's tail). */
+	uint64_t gpu_last_start, gpu_first_end, gpu_mean_end;
 	uint64_t bytes;
 	uint32_t calls, items, ctas;
 	uint8_t kind;
@@ -45,9 +49,9 @@ void xi_gpu_trace_destroy(struct xi_gpu_trace *t);
 /* A new record of kind, t_open stamped: its index (records are a ring). */
 uint32_t xi_gpu_trace_open(struct xi_gpu_trace *t, enum xi_trace_kind kind);
 struct xi_trace_rec *xi_gpu_trace_rec(struct xi_gpu_trace *t, uint32_t rec);
-/* Device address of the per-CTA timer slots of record rec (its kernel
- * writes them), cleared first. */
-uint64_t xi_gpu_trace_slots(struct xi_gpu_trace *t, uint32_t rec);
+/* Device address of the per-CTA timer slots of record rec (its kernel of
+ * ctas CTAs, at most max_ctas, writes them), cleared first. */
+uint64_t xi_gpu_trace_slots(struct xi_gpu_trace *t, uint32_t rec, unsigned ctas);
 /* Record rec's copy finished (first report wins): t_done, GPU times. */
 void xi_gpu_trace_done(struct xi_gpu_trace *t, uint32_t rec);
 /* One cuEventQuery took ns, finished or not. */

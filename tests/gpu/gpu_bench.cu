@@ -15,8 +15,12 @@
 // gpu_bench_staged.cu (GPU memory through host mirrors over a NIC provider
 // vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
 // rows 0..5 in the order printed, then single sizes 6..10, both depths);
+// XFER_BENCH_ORDER=src|dst lists the paged rows' page pairs by source or
+// destination page (the same copies);
 // XFER_BENCH_TRACE=1 traces the single rows at 1 in flight with the engine's
-// own op trace (xfer_engine_trace) and prints where a write's time goes;
+// own op trace (xfer_engine_trace) and prints where a write's time goes,
+// and each paged row's calls (ptrace lines: every stage against the loop's
+// start);
 // the library's XFER_GPU_KERNEL=0 (paged copies by the copy engine),
 // XFER_GPU_BATCH=0 (one launch per call), XFER_GPU_KERNEL_MAX (contiguous
 // copies by kernel up to this many bytes) and XFER_GPU_TRACE for A/B runs
@@ -51,6 +55,25 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// XFER_BENCH_ORDER=src|dst: the same page pairs (the same copy, verified
+// alike), listed by source or destination page rather than in random
+// order: whether the order the kernel visits pages in costs it (DRAM and
+// TLB locality) is then an A/B of one setting.
+static int pair_order; // 0 as drawn, 1 by source page, 2 by destination page
+static void order_pairs(std::vector<uint32_t> &sp, std::vector<uint32_t> &dp)
+{
+	if (!pair_order)
+		return;
+	std::vector<std::pair<uint32_t, uint32_t>> v(sp.size());
+	for (size_t i = 0; i < sp.size(); i++)
+		v[i] = pair_order == 1 ? std::make_pair(sp[i], dp[i]) : std::make_pair(dp[i], sp[i]);
+	std::sort(v.begin(), v.end());
+	for (size_t i = 0; i < sp.size(); i++) {
+		sp[i] = pair_order == 1 ? v[i].first : v[i].second;
+		dp[i] = pair_order == 1 ? v[i].second : v[i].first;
+	}
 }
 
 static uint32_t row_pl(int r) { return page_sizes[r / NPC]; }
@@ -100,9 +123,17 @@ static void print_trace(xfer_engine_t *e, const char *op, const std::vector<uint
 			if (c < 7 || tgt)
 				col[c].push_back((double)(int64_t)st[c] / 1e3);
 	}
+	// Mean and max beside the percentiles: a row's rate is its mean, and a
+	// few slow calls move it where p50 does not.
 	for (int c = 0; c < NCOL; c++) {
-		double p50 = pct(col[c], 0.5), p90 = pct(col[c], 0.9);
-		printf("  trace %s: %-50s n %4zu  p50 %8.2f  p90 %8.2f us\n", op, names[c], col[c].size(), p50, p90);
+		double sum = 0;
+		for (double v : col[c])
+			sum += v;
+		double mean = col[c].empty() ? 0 : sum / (double)col[c].size();
+		double p50 = pct(col[c], 0.5), p90 = pct(col[c], 0.9), p99 = pct(col[c], 0.99);
+		double mx = col[c].empty() ? 0 : col[c].back(); // pct sorted it
+		printf("  trace %s: %-50s n %4zu  p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f  mean %8.2f us\n", op, names[c],
+		       col[c].size(), p50, p90, p99, mx, mean);
 	}
 }
 
@@ -111,6 +142,36 @@ static uint64_t mono_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// A traced paged row (all its calls in flight at once): each call's stages
+// in us from t0 (the loop's start, CLOCK_MONOTONIC like the engine's stamps
+// and XFER_GPU_TRACE's t_* columns, printed so that the kernels' records can
+// be laid beside them), every call. "issued" is the
+// copy handed to the GPU engine, "queued" its return (page lists copied,
+// job added or launched), "notice" the count-only notice posted after the
+// copy's end was seen, "app" when the application had the completion.
+static void print_paged_trace(xfer_engine_t *e, const char *op, uint64_t t0, const std::vector<uint64_t> &seen)
+{
+	std::vector<struct xfer_trace> t(seen.size() + 64);
+	int n = xfer_trace_read(e, t.data(), (int)t.size());
+	std::sort(t.begin(), t.begin() + (n > 0 ? n : 0),
+		  [](const struct xfer_trace &a, const struct xfer_trace &b) { return a.user_data < b.user_data; });
+	uint64_t last = 0;
+	for (uint64_t s : seen)
+		last = std::max(last, s);
+	printf("  ptrace %s: t0 %llu ns (CLOCK_MONOTONIC), last completion at +%.2f us, %d records\n", op,
+	       (unsigned long long)t0, (double)(int64_t)(last - t0) / 1e3, n);
+	auto rel = [t0](uint64_t v) { return v ? (double)(int64_t)(v - t0) / 1e3 : -1.0; };
+	for (int i = 0; i < n; i++) {
+		const struct xfer_trace &r = t[i];
+		if (r.user_data >= seen.size())
+			continue;
+		printf("  ptrace %s: call %3llu  call %8.2f  enq %8.2f  took %8.2f  issued %8.2f  queued %8.2f"
+		       "  notice %8.2f  done %8.2f  app %8.2f us\n",
+		       op, (unsigned long long)r.user_data, rel(r.t_call), rel(r.t_enq), rel(r.t_deq), rel(r.t_first),
+		       rel(r.t_first_ret), rel(r.t_last), rel(r.t_done), rel(seen[r.user_data]));
+	}
 }
 
 // ------------------------------------------------------------- baseline
@@ -279,8 +340,9 @@ static int sender(int fd, int base_fd, int dst_dev)
 	       dst_dev, k && !strcmp(k, "0") ? "by the copy engine: XFER_GPU_KERNEL=0" : "by kernel where loaded");
 	const char *kb = getenv("XFER_GPU_BATCH"), *km = getenv("XFER_GPU_KERNEL_MAX"), *tr = getenv("XFER_GPU_TRACE");
 	const char *sp = getenv("XFER_SPIN_US");
-	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s XFER_SPIN_US=%s\n",
-	       kb ? kb : "(default: on)", km ? km : "(default)", tr ? tr : "(off)", sp ? sp : "(default)");
+	printf("settings: XFER_GPU_BATCH=%s XFER_GPU_KERNEL_MAX=%s XFER_GPU_TRACE=%s XFER_SPIN_US=%s XFER_BENCH_ORDER=%s\n",
+	       kb ? kb : "(default: on)", km ? km : "(default)", tr ? tr : "(off)", sp ? sp : "(default)",
+	       pair_order == 1 ? "src" : pair_order == 2 ? "dst" : "(random)");
 	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "xfer GB/s", "base GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 1000;
@@ -293,6 +355,7 @@ static int sender(int fd, int base_fd, int dst_dev)
 		std::vector<uint32_t> sp, dp;
 		perm_xs(sp, n, seed);
 		perm_xs(dp, n, seed + 1000);
+		order_pairs(sp, dp);
 		ask(fd, (struct check){CMD_ZERO, 0, 0, 0, 0, 0});
 		fill_pat<<<528, 512>>>((uint64_t *)src, (uint64_t)n * pl / 8, seed);
 		CK(cudaDeviceSynchronize());
@@ -310,12 +373,40 @@ static int sender(int fd, int base_fd, int dst_dev)
 		pw.flags = XFER_F_IMM;
 		XK(xfer_write_paged(e, &pw, NULL)); // warm-up: opens the mapping, loads the kernel
 		XK(gpu_wait(e).res);
+		// Traced (XFER_BENCH_TRACE=1): the same loop, each call's op trace
+		// and when the application had its completion, against t0.
+		std::vector<uint64_t> seen(bench_trace ? (size_t)it : 0);
+		if (bench_trace)
+			xfer_engine_trace(e, 1);
+		struct xfer_stats st0, st1;
+		xfer_engine_stats(e, &st0);
+		uint64_t t0_ns = mono_ns();
 		double t0 = now_s();
-		for (int i = 0; i < it; i++)
-			XK(xfer_write_paged(e, &pw, NULL));
-		for (int i = 0; i < it; i++)
-			XK(gpu_wait(e).res);
+		for (int i = 0; i < it; i++) {
+			struct xfer_completion c;
+			memset(&c, 0, sizeof(c));
+			c.user_data = (uint64_t)i;
+			XK(xfer_write_paged(e, &pw, &c));
+		}
+		for (int i = 0; i < it; i++) {
+			struct xfer_cqe q = gpu_wait(e);
+			XK(q.res);
+			if (q.user_data < seen.size())
+				seen[q.user_data] = mono_ns();
+		}
 		double gbs = (double)n * pl * it / (now_s() - t0) / 1e9;
+		xfer_engine_stats(e, &st1);
+		if (bench_trace) {
+			xfer_engine_trace(e, 0);
+			char op[64];
+			snprintf(op, sizeof(op), "paged %u x %u KiB", n, pl >> 10);
+			print_paged_trace(e, op, t0_ns, seen);
+			// Whether the worker slept in the loop, and how many requests
+			// (here: the copies' notices and announcements) it posted.
+			printf("  ptrace %s: worker sleeps %llu, requests posted %llu\n", op,
+			       (unsigned long long)(st1.worker_sleeps - st0.worker_sleeps),
+			       (unsigned long long)(st1.wrs_posted - st0.wrs_posted));
+		}
 		uint64_t bad = ask(fd, (struct check){CMD_CHECK_PAGED, (uint64_t)row, seed, imm, (uint64_t)n * (it + 1), 0});
 		fails += bad != 0;
 		char op[64];
@@ -430,6 +521,8 @@ int main(void)
 		run_paged = false;
 	const char *tr = getenv("XFER_BENCH_TRACE");
 	bench_trace = tr && !strcmp(tr, "1");
+	const char *ord = getenv("XFER_BENCH_ORDER");
+	pair_order = ord && !strcmp(ord, "src") ? 1 : ord && !strcmp(ord, "dst") ? 2 : 0;
 	const char *row = getenv("XFER_BENCH_ROW");
 	if (row && *row)
 		only_row = atoi(row);

@@ -548,6 +548,9 @@ static CUresult f_event_create(CUevent *e, unsigned flags)
 {
 	(void)flags;
 	*e = calloc(1, sizeof(struct event));
+	pthread_mutex_lock(&lock);
+	counts.events_made++;
+	pthread_mutex_unlock(&lock);
 	return *e ? 0 : 2;
 }
 

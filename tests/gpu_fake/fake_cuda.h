@@ -27,6 +27,7 @@ struct fake_cuda_counts {
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 	uint64_t write_values; /* cuStreamWriteValue32 calls (copy-end words) */
 	uint64_t events_done;  /* event queries that found the work done */
+	uint64_t events_made;  /* cuEventCreate calls */
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */

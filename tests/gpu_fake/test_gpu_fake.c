@@ -29,11 +29,15 @@
  *       and no event query finds a copy done)
  *   write-ring  12 paged writes of 60,000 pages with events held: the copy
  *       kernel's page-list ring fills, posting stalls, the ring wraps
- *   (in every write mode neither worker calls cuStreamSynchronize: the
+ *   (in write-ipc and write-staged, and their variants, the writer's copy
+ *   ring events are made at registration, none on the way of its copies;
+ *   in every write mode neither worker calls cuStreamSynchronize: the
  *   source's staging copies and the target's copies of noticed ranges from
  *   its mirror to the GPU complete as polled events)
  *   write-batch | write-batch-off  40 calls of four kinds queued behind a
- *       busy worker share kernel launches (or, with XFER_GPU_BATCH=0, do not)
+ *       busy worker share kernel launches (or, with XFER_GPU_BATCH=0, do not),
+ *       and the notices of copies that finish together go as one (one per
+ *       call with XFER_GPU_BATCH=0, or XFER_NOTICE_MERGE=0: write-batch-nomerge)
  *   write-batch-staged  the same 40 calls through the host mirrors with
  *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
  *       of the calls queued behind the first start while it waits and share
@@ -63,6 +67,7 @@
 
 #include "fake_cuda.h"
 #include "gpu/fatbin.h"
+#include "gpu/gpu_copy.h"
 #include "helpers.h"
 
 #define NCHILD 3
@@ -367,6 +372,11 @@ static int write_source(int n, const int *fds, void *arg)
 	xfer_engine_t *e = ws.e;
 	xfer_mr_t *mr = ws.mr;
 	xfer_rmr_t *dst = ws.dst;
+	/* The copy ring's events were made with the stream, at registration:
+	 * none on the way of a copy (gpu_copy.c, make_ring). */
+	t_sync_worker(e);
+	const uint64_t events_made = fake_cuda_counts().events_made;
+	CHECK(events_made >= XI_GPU_RING);
 	struct xfer_write w = {.src = mr, .dst = dst, .len = wlen, .imm = 1, .flags = XFER_F_IMM};
 	CHECK_OK(xfer_write(e, &w, NULL));
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
@@ -383,6 +393,7 @@ static int write_source(int n, const int *fds, void *arg)
 	CHECK_RC(t_wait_cqe(e, 30000).res, 0);
 	CHECK(t_recv_u64(fd) == 2);
 	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(fc.events_made == events_made);
 	CHECK(staged ? fc.ipc_opens == 0 && fc.dtoh > 0 : fc.ipc_opens == 1 && fc.dtod + fc.launches > 0);
 	/* The single write is one copy-engine copy (alone in its batch: below
 	 * XFER_GPU_KERNEL_MAX, but a lone contiguous copy goes to the engine);
@@ -514,7 +525,7 @@ static int ring_source(int n, const int *fds, void *arg)
 #define B_NP 8u
 #define IMM_BATCH 0x6e0
 
-static bool batch_off;
+static bool batch_off, batch_nomerge;
 static int batch_kernel = 1; /* launches expected of: 0 warp, 1 tile (default), 2 bulk (XFER_GPU_PAGES) */
 
 struct bcall {
@@ -613,6 +624,8 @@ static int batch_source(int n, const int *fds, void *arg)
 	xfer_rmr_t *dst = t_recv_rmr(e, peer, fd);
 	struct bcall calls[B_CALLS];
 	struct fake_cuda_counts c0 = fake_cuda_counts();
+	struct xfer_stats s0;
+	xfer_engine_stats(e, &s0);
 	fake_cuda_gate(1);
 	for (int i = 0; i < B_CALLS; i++) {
 		struct bcall *c = &calls[i];
@@ -640,6 +653,21 @@ static int batch_source(int n, const int *fds, void *arg)
 	CHECK(t_recv_u64(fd) == 1);
 	struct fake_cuda_counts fc = fake_cuda_counts();
 	uint64_t launches = fc.launches - c0.launches, jobs = fc.jobs - c0.jobs, dtod = fc.dtod - c0.dtod;
+	/* Through IPC the requests posted are the copies' notices: the copies
+	 * of a launch finish together, so theirs go as one (the target still
+	 * counts every immediate once) while each can go at once: always on
+	 * shm, where a launch's copies then cost one notice and each of the 8
+	 * copy-engine copies one; on tcp the first notices may wait for the
+	 * connection, and those behind them go one by one, in order.
+	 * XFER_NOTICE_MERGE=0 (write-batch-nomerge), or one launch per call:
+	 * one notice per call. */
+	struct xfer_stats s1;
+	xfer_engine_stats(e, &s1);
+	const uint64_t notices = s1.wrs_posted - s0.wrs_posted;
+	const char *prov = getenv("XFER_TEST_PROVIDER");
+	if (!staged)
+		CHECK(batch_off || batch_nomerge ? notices == B_CALLS
+		      : prov && !strcmp(prov, "shm") ? notices <= launches + 8 : notices <= B_CALLS);
 	/* Batched: the first call, then the 23 aligned calls taken behind it,
 	 * then the 8 odd paged ones. */
 	uint64_t dtoh = fc.dtoh - c0.dtoh;
@@ -666,10 +694,10 @@ static int batch_source(int n, const int *fds, void *arg)
 	CHECK_OK(xfer_mr_dereg(mr));
 	xfer_engine_destroy(e);
 	fake_cuda_free(src);
-	printf("write-batch%s%s: %d calls verified, %llu kernel jobs in %llu launches (warp %llu, tile %llu, bulk "
+	printf("write-batch%s%s: %d calls verified, %llu notices, %llu kernel jobs in %llu launches (warp %llu, tile %llu, bulk "
 	       "%llu), %llu copy-engine copies (%llu DtoH)\n",
-	       batch_off ? " (XFER_GPU_BATCH=0)" : staged ? " (staged)" : "", batch_kernel == 0 ? " (warp)" : batch_kernel == 2 ? " (bulk)" : "",
-	       B_CALLS, (unsigned long long)jobs, (unsigned long long)launches, (unsigned long long)by[0],
+	       batch_off ? " (XFER_GPU_BATCH=0)" : batch_nomerge ? " (XFER_NOTICE_MERGE=0)" : staged ? " (staged)" : "", batch_kernel == 0 ? " (warp)" : batch_kernel == 2 ? " (bulk)" : "",
+	       B_CALLS, (unsigned long long)notices, (unsigned long long)jobs, (unsigned long long)launches, (unsigned long long)by[0],
 	       (unsigned long long)by[1], (unsigned long long)by[2], (unsigned long long)(dtod + dtoh),
 	       (unsigned long long)dtoh);
 	return 0;
@@ -1002,6 +1030,9 @@ int main(int argc, char **argv)
 		batch_off = !strcmp(mode, "write-batch-off");
 		if (batch_off)
 			setenv("XFER_GPU_BATCH", "0", 1);
+		batch_nomerge = !strcmp(mode, "write-batch-nomerge");
+		if (batch_nomerge)
+			setenv("XFER_NOTICE_MERGE", "0", 1);
 		if (staged) {
 			setenv("XFER_GPU_STAGE", "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
