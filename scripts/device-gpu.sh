@@ -51,6 +51,14 @@
 #            default vs tile, STAGED_REPS times (their gathers and landings
 #            are paged launches too); test_gpu ipc/scatter-ipc/staged/
 #            scatter-staged with the default on shm and tcp            ~70 s
+#   copier   the GPU copy thread of issue 14's stage7 task (XFER_GPU_COPIER=1:
+#            staging copies and landings made by a thread of the engine's,
+#            not the worker): XFER_BENCH_ONLY=staged on tcp and shm,
+#            STAGED_REPS (default 3) rounds of default, copier, copier +
+#            XFER_GPU_STAGE_AHEAD=1, ahead alone, interleaved; the staged
+#            64 KiB row traced (XFER_GPU_TRACE) on shm and tcp, default and
+#            copier + ahead; test_gpu staged/scatter-staged/h2g/g2h and
+#            test_gpu_signal staged with the copier on shm and tcp     ~110 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -204,6 +212,31 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
+COPIER_AB="default: copier:XFER_GPU_COPIER=1 copier-ahead:XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1 ahead:XFER_GPU_STAGE_AHEAD=1"
+plan_copier() {
+	local r p v m
+	for r in $(seq "${STAGED_REPS:-3}"); do
+		for p in shm tcp; do
+			for v in $COPIER_AB; do
+				local envs=${v#*:}
+				step copier-staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+			done
+		done
+	done
+	for p in shm tcp; do
+		step copier-trace64k-$p-default 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p XFER_BENCH_ROW=0 \
+			XFER_GPU_TRACE="$out/copier-trace64k-$p-default.csv" $B
+		step copier-trace64k-$p-copier-ahead 10 env XFER_GPU_COPIER=1 XFER_GPU_STAGE_AHEAD=1 XFER_BENCH_ONLY=staged \
+			XFER_TEST_PROVIDER=$p XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/copier-trace64k-$p-copier-ahead.csv" $B
+	done
+	for p in shm tcp; do
+		for m in staged scatter-staged h2g g2h; do
+			step copier-test-$m-$p 30 env XFER_GPU_COPIER=1 XFER_TEST_PROVIDER=$p $T $m
+		done
+		step copier-test-signal-staged-$p 20 env XFER_GPU_COPIER=1 XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
+	done
+}
+
 plan_full() {
 	step bench 20 $B
 	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
@@ -217,7 +250,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto copier full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

@@ -27,6 +27,10 @@ struct fake_cuda_counts {
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 	uint64_t write_values; /* cuStreamWriteValue32 calls (copy-end words) */
 	uint64_t events_done;  /* event queries that found the work done */
+	/* Of htod and dtoh: the asynchronous ones made by the engine's GPU copy
+	 * thread (XFER_GPU_COPIER=1; the thread named "xfer-gpu-copy"), and
+	 * those made by any other thread. */
+	uint64_t copier_copies, other_copies;
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */
