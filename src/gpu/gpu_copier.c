@@ -213,7 +213,10 @@ static int take(struct xi_copier *k)
 	unsigned t = atomic_load_explicit(&k->tail, memory_order_acquire);
 	if (h == t)
 		return 0;
-	for (; h != t; h++) {
+	/* In flight at most XI_COPIER_RING: the worker keeps no more, except
+	 * after forgetting its copies at stop (xi_gpu_forget); then later
+	 * commands wait here, and the worker's further ones find the ring full. */
+	for (; h != t && k->fly_n < XI_COPIER_RING; h++) {
 		struct xi_copier_cmd cmd = k->cmd[h % XI_COPIER_RING];
 		atomic_store_explicit(&k->head, h + 1, memory_order_release); /* the worker may reuse it */
 		if (k->open_n && k->open_dev != cmd.dev)
