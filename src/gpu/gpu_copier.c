@@ -96,6 +96,13 @@ int xi_copier_done(const struct xi_copier *k, uint32_t slot, uint32_t seq)
 	return v & FAILED ? -EIO : 1;
 }
 
+int xi_copier_piece_issue(const struct cuda_api *c, const struct xi_copier_piece *p, CUstream st)
+{
+	CUresult r = p->to_host ? c->cuMemcpyDtoHAsync(p->host, (CUdeviceptr)p->dev, p->len, st)
+				: c->cuMemcpyHtoDAsync((CUdeviceptr)p->dev, p->host, p->len, st);
+	return r ? -EIO : 0;
+}
+
 /* ------------------------------------------------------- the thread's side */
 
 static void publish(struct xi_copier *k, const struct flying *f, bool failed)
@@ -125,13 +132,9 @@ static int issue(struct xi_copier *k, const struct xi_copier_cmd *cmd)
 	if (!st)
 		return -EIO;
 	uint64_t t0 = k->trace ? xi_now_ns() : 0;
-	for (uint32_t i = 0; i < cmd->n && i < XI_COPIER_PIECES; i++) {
-		const struct xi_copier_piece *p = &cmd->p[i];
-		CUresult r = p->to_host ? c->cuMemcpyDtoHAsync(p->host, (CUdeviceptr)p->dev, p->len, st)
-					: c->cuMemcpyHtoDAsync((CUdeviceptr)p->dev, p->host, p->len, st);
-		if (r)
+	for (uint32_t i = 0; i < cmd->n && i < XI_COPIER_PIECES; i++)
+		if (xi_copier_piece_issue(c, &cmd->p[i], st))
 			return -EIO;
-	}
 	if (k->trace) {
 		k->issue_ns += xi_now_ns() - t0;
 		k->copies++;

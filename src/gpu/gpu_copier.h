@@ -24,7 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct cuda_api;
+#include "gpu/cuda_api.h"
+
 struct xi_copier;
 
 /* Pieces of one command at most: single writes' staging and landings are
@@ -60,5 +61,7 @@ void xi_copier_stop(struct xi_copier *k);
 bool xi_copier_push(struct xi_copier *k, const struct xi_copier_cmd *cmd);
 /* The worker only: 0 while command seq of slot runs, 1 done, -EIO failed. */
 int xi_copier_done(const struct xi_copier *k, uint32_t slot, uint32_t seq);
+/* Queues piece p on stream st (whichever thread owns it): 0 or -EIO. */
+int xi_copier_piece_issue(const struct cuda_api *c, const struct xi_copier_piece *p, CUstream st);
 
 #endif

@@ -624,12 +624,9 @@ static int go_direct(struct xi_gpu *g)
 		return 0;
 	launch_batch(g);
 	CUstream st = g->stream[g->dev];
-	for (uint32_t i = 0; i < g->cop.n; i++) {
-		const struct xi_copier_piece *p = &g->cop.p[i];
-		if (p->to_host ? g->c->cuMemcpyDtoHAsync(p->host, (CUdeviceptr)p->dev, p->len, st)
-			       : g->c->cuMemcpyHtoDAsync((CUdeviceptr)p->dev, p->host, p->len, st))
+	for (uint32_t i = 0; i < g->cop.n; i++)
+		if (xi_copier_piece_issue(g->c, &g->cop.p[i], st))
 			return -EIO;
-	}
 	g->cop.n = 0;
 	return 0;
 }
