@@ -600,7 +600,7 @@ static int batch_target(int idx, int fd, void *arg)
 	/* Landings: the 24 singles' by the copy thread; the 8 odd paged calls'
 	 * ranges (8 each, unaligned: no kernel) by the worker. */
 	struct fake_cuda_counts fc = fake_cuda_counts();
-	CHECK(!copier || (fc.copier_copies == 24 && fc.other_copies == 8 * B_NP));
+	CHECK(copier && staged ? fc.copier_copies == 24 && fc.other_copies == 8 * B_NP : fc.copier_copies == 0);
 	t_send_u64(fd, 1);
 	CHECK(t_recv_u64(fd) == 2);
 	uint32_t extra = 99;
