@@ -40,7 +40,7 @@ struct flying {
 
 struct xi_copier {
 	const struct cuda_api *c;
-	bool words, trace;
+	bool want_words, trace; /* as started: read by both threads */
 	pthread_t thread;
 	/* The worker's: commands, and the tail it releases. */
 	struct xi_copier_cmd cmd[XI_COPIER_RING];
@@ -54,6 +54,7 @@ struct xi_copier {
 	_Alignas(64) atomic_uint result[XI_COPIER_RING];
 	/* The thread's own from here. */
 	_Alignas(64) int cur_dev;
+	bool words; /* words wanted, and the driver has not refused one */
 	CUstream stream[XI_GPU_DEVS];
 	CUevent event[XI_GPU_DEVS][XI_COPIER_RING];
 	uint32_t *wordmem[XI_GPU_DEVS];
@@ -110,18 +111,17 @@ static void publish(struct xi_copier *k, const struct flying *f, bool failed)
 	atomic_store_explicit(&k->result[f->slot % XI_COPIER_RING], f->seq | (failed ? FAILED : 0), memory_order_release);
 }
 
-/* Device dev current, with its stream: NULL if either cannot be had. */
+/* Device dev current, with its stream (made by xi_copier_prepare): NULL if
+ * either cannot be had. */
 static CUstream stream_on(struct xi_copier *k, int dev)
 {
-	if (dev < 0 || dev >= XI_GPU_DEVS)
+	if (dev < 0 || dev >= XI_GPU_DEVS || !k->stream[dev])
 		return NULL;
 	if (k->cur_dev != dev) {
 		if (xi_cuda_use_device(dev))
 			return NULL;
 		k->cur_dev = dev;
 	}
-	if (!k->stream[dev] && k->c->cuStreamCreate(&k->stream[dev], CU_STREAM_NON_BLOCKING))
-		return NULL;
 	return k->stream[dev];
 }
 
@@ -142,27 +142,15 @@ static int issue(struct xi_copier *k, const struct xi_copier_cmd *cmd)
 	return 0;
 }
 
-/* The stream's word after the open pass's copies, once per device: 0 (no
- * word: the event alone) or the value it will write. */
+/* The stream's word after the open pass's copies: 0 (no word for dev, or
+ * the driver refused one: the event alone from now on) or the value it
+ * will write. */
 static uint32_t pass_word(struct xi_copier *k, int dev, CUstream st, uint32_t slot)
 {
-	const struct cuda_api *c = k->c;
-	if (!k->words)
+	if (!k->words || !k->wordmem[dev])
 		return 0;
-	if (!k->wordmem[dev]) {
-		if (c->cuMemHostAlloc((void **)&k->wordmem[dev], XI_COPIER_RING * sizeof(uint32_t),
-				      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
-		    c->cuMemHostGetDevicePointer(&k->word_dev[dev], k->wordmem[dev], 0)) {
-			if (k->wordmem[dev])
-				c->cuMemFreeHost(k->wordmem[dev]);
-			k->wordmem[dev] = NULL;
-			k->words = false;
-			return 0;
-		}
-		memset(k->wordmem[dev], 0, XI_COPIER_RING * sizeof(uint32_t));
-	}
 	uint32_t v = ++k->word_seq ? k->word_seq : ++k->word_seq; /* never 0 */
-	if (c->cuStreamWriteValue32(st, k->word_dev[dev] + slot * sizeof(uint32_t), v, 0)) {
+	if (k->c->cuStreamWriteValue32(st, k->word_dev[dev] + slot * sizeof(uint32_t), v, 0)) {
 		k->words = false;
 		return 0;
 	}
@@ -192,7 +180,7 @@ static void close_pass(struct xi_copier *k)
 	uint64_t t0 = k->trace ? xi_now_ns() : 0;
 	CUstream st = stream_on(k, dev);
 	CUevent *ev = &k->event[dev][slot];
-	if (!st || (!*ev && c->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING))) {
+	if (!st) {
 		fail_newest(k, n);
 		return;
 	}
@@ -291,13 +279,15 @@ static void teardown(struct xi_copier *k)
 {
 	const struct cuda_api *c = k->c;
 	for (int dev = 0; dev < XI_GPU_DEVS; dev++) {
-		if (!k->stream[dev] || xi_cuda_use_device(dev))
+		if (xi_cuda_use_device(dev))
 			continue;
-		c->cuStreamSynchronize(k->stream[dev]); /* copies still reading mirrors */
+		if (k->stream[dev])
+			c->cuStreamSynchronize(k->stream[dev]); /* copies still reading mirrors */
 		for (uint32_t i = 0; i < XI_COPIER_RING; i++)
 			if (k->event[dev][i])
 				c->cuEventDestroy(k->event[dev][i]);
-		c->cuStreamDestroy(k->stream[dev]);
+		if (k->stream[dev])
+			c->cuStreamDestroy(k->stream[dev]);
 		if (k->wordmem[dev])
 			c->cuMemFreeHost(k->wordmem[dev]);
 	}
@@ -345,7 +335,7 @@ struct xi_copier *xi_copier_start(const struct cuda_api *c, bool words)
 	if (!k)
 		return NULL;
 	k->c = c;
-	k->words = words && c->cuStreamWriteValue32;
+	k->want_words = k->words = words && c->cuStreamWriteValue32;
 	k->trace = getenv("XFER_GPU_TRACE") && *getenv("XFER_GPU_TRACE");
 	k->cur_dev = -1;
 	k->open_dev = -1;
@@ -354,6 +344,39 @@ struct xi_copier *xi_copier_start(const struct cuda_api *c, bool words)
 		return NULL;
 	}
 	return k;
+}
+
+int xi_copier_prepare(struct xi_copier *k, int dev)
+{
+	const struct cuda_api *c = k->c;
+	if (dev < 0 || dev >= XI_GPU_DEVS)
+		return -EINVAL;
+	if (k->stream[dev])
+		return 0;
+	CUstream st = NULL;
+	if (c->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING))
+		return -EIO;
+	for (uint32_t i = 0; i < XI_COPIER_RING; i++) {
+		if (c->cuEventCreate(&k->event[dev][i], CU_EVENT_DISABLE_TIMING)) {
+			while (i--)
+				c->cuEventDestroy(k->event[dev][i]);
+			memset(k->event[dev], 0, sizeof(k->event[dev]));
+			c->cuStreamDestroy(st);
+			return -EIO;
+		}
+	}
+	/* Without words the thread queries events: slower, still correct. */
+	if (k->want_words && (c->cuMemHostAlloc((void **)&k->wordmem[dev], XI_COPIER_RING * sizeof(uint32_t),
+					   CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
+			 c->cuMemHostGetDevicePointer(&k->word_dev[dev], k->wordmem[dev], 0))) {
+		if (k->wordmem[dev])
+			c->cuMemFreeHost(k->wordmem[dev]);
+		k->wordmem[dev] = NULL;
+	}
+	if (k->wordmem[dev])
+		memset(k->wordmem[dev], 0, XI_COPIER_RING * sizeof(uint32_t));
+	k->stream[dev] = st; /* published to the thread by the release of the next command */
+	return 0;
 }
 
 void xi_copier_stop(struct xi_copier *k)

@@ -53,6 +53,12 @@ struct xi_copier_cmd {
  * words: the stream writes a word after each pass's copies, which the
  * thread reads instead of querying the event (gpu_copy.c's copy-end words). */
 struct xi_copier *xi_copier_start(const struct cuda_api *c, bool words);
+/* On the worker, with dev's context current (xi_gpu_prepare, at a GPU
+ * region's registration), before any command for dev: the thread's stream,
+ * events and words for dev, made here rather than at a first copy (none of
+ * those calls then runs while an application's kernel may wait on the
+ * copy). 0, or -EIO: then no command for dev may be pushed. */
+int xi_copier_prepare(struct xi_copier *k, int dev);
 /* Joins it. Commands not yet issued are dropped (the worker forgot them);
  * copies issued finish first, in the driver. */
 void xi_copier_stop(struct xi_copier *k);

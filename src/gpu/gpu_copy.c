@@ -138,6 +138,7 @@ struct xi_gpu {
 	 * to this thread's stream (then all of the copy's do). */
 	bool copier_on;
 	struct xi_copier *copier;
+	bool copier_dev[XI_GPU_DEVS]; /* xi_copier_prepare done for the device */
 	struct xi_copier_cmd cop;
 	bool cur_direct;
 	uint32_t cop_seq;
@@ -607,7 +608,7 @@ static int flush_batch(struct xi_gpu *g)
  * pieces than a command carries). */
 static bool hold(struct xi_gpu *g, uint64_t dev, void *host, size_t len, bool to_host)
 {
-	if (!g->copier || g->cur_direct || g->stage_kernel || g->cop.n == XI_COPIER_PIECES)
+	if (!g->copier || !g->copier_dev[g->dev] || g->cur_direct || g->stage_kernel || g->cop.n == XI_COPIER_PIECES)
 		return false;
 	g->cop.p[g->cop.n++] = (struct xi_copier_piece){.dev = dev, .host = host, .len = len, .to_host = to_host};
 	return true;
@@ -945,6 +946,11 @@ void xi_gpu_prepare(struct xi_gpu *g, int dev)
 		} else {
 			xinfo("GPU copy thread started: staging copies and landings go through it");
 		}
+	}
+	if (g->copier && !g->copier_dev[dev]) {
+		g->copier_dev[dev] = !xi_copier_prepare(g->copier, dev);
+		if (!g->copier_dev[dev])
+			xwarn("GPU copy thread: no stream or events on device %d: the worker makes its staging copies", dev);
 	}
 }
 
