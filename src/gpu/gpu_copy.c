@@ -329,24 +329,35 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
 /* The stream's write of a fresh sequence number to word slot of dev's
  * flags, after everything queued on st so far: the value, or 0 (words off,
  * or no memory for them, or the driver refused: events only from now on). */
-static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
+/* dev's copy-end words, made once per device: at a GPU region's
+ * registration (xi_gpu_prepare), else at its first tracked copy. Made at a
+ * copy, the pinned allocation took 1.0-1.3 ms on an H200 (run stage7-1:
+ * the first landing's "event record"), on the worker, inside whatever the
+ * application was timing. false: no words (events from now on). */
+static bool flags_ready(struct xi_gpu *g, int dev)
 {
 	if (!g->done_flag)
-		return 0;
-	if (!g->flags[dev]) {
-		/* Once per device, at its first tracked copy (like its events). */
-		if (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
-					 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
-		    g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0)) {
-			xwarn("no mapped memory for the copy-end words of device %d: copies use events", dev);
-			if (g->flags[dev])
-				g->c->cuMemFreeHost(g->flags[dev]);
-			g->flags[dev] = NULL;
-			g->done_flag = false;
-			return 0;
-		}
-		memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
+		return false;
+	if (g->flags[dev])
+		return true;
+	if (g->c->cuMemHostAlloc((void **)&g->flags[dev], XI_GPU_RING * sizeof(uint32_t),
+				 CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ||
+	    g->c->cuMemHostGetDevicePointer(&g->flags_dev[dev], g->flags[dev], 0)) {
+		xwarn("no mapped memory for the copy-end words of device %d: copies use events", dev);
+		if (g->flags[dev])
+			g->c->cuMemFreeHost(g->flags[dev]);
+		g->flags[dev] = NULL;
+		g->done_flag = false;
+		return false;
 	}
+	memset(g->flags[dev], 0, XI_GPU_RING * sizeof(uint32_t));
+	return true;
+}
+
+static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
+{
+	if (!flags_ready(g, dev))
+		return 0;
 	uint32_t seq = ++g->flag_seq ? g->flag_seq : ++g->flag_seq; /* never 0 */
 	if (g->c->cuStreamWriteValue32(st, g->flags_dev[dev] + slot * sizeof(uint32_t), seq, 0)) {
 		xwarn("the driver refused a stream write (cuStreamWriteValue32): copies' ends are seen by events");
@@ -930,12 +941,18 @@ int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
  * context. A target's first landing would then wait for the application's
  * kernel that spins on that landing's signal word: a deadlock. So the
  * stream, the copy kernels (fully loaded) and their page-list memory are
- * made when a GPU region is registered, before any kernel can wait on it. */
+ * made when a GPU region is registered, before any kernel can wait on it;
+ * so are the copy-end words, the events and the copy thread's stream (they
+ * cost a first copy a millisecond, flags_ready says why). */
 void xi_gpu_prepare(struct xi_gpu *g, int dev)
 {
 	if (!g || !stream_of(g, dev))
 		return;
 	(void)kernels_of(g, dev);
+	(void)flags_ready(g, dev);
+	for (uint32_t i = 0; i < XI_GPU_RING; i++)
+		if (!g->events[dev][i] && g->c->cuEventCreate(&g->events[dev][i], CU_EVENT_DISABLE_TIMING))
+			break; /* the rest at their first copies (xi_gpu_copy_begin) */
 	if (g->copier_on && !g->copier) {
 		/* Started here, not at a first copy: a thread's start is no
 		 * business of the data path. */
