@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/imm_counters.h"
 #include "core/liveness.h"
@@ -123,9 +124,21 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 	*wr = (struct wr){.op = op, .slot = op->data_total + k, .nic = (uint8_t)n, .kind = WR_OP,
 			  .sendbuf = UINT32_MAX};
 	int ret = xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
-	if (ret)
+	if (ret) {
 		xi_tx_wr_put(w, wr);
-	return ret;
+		return ret;
+	}
+	if (w->staged_posted) {
+		/* Done for the op once posted, like a copy's notice (notice_detaches):
+		 * its data is in the peer's mirror, and the transport delivers the
+		 * notice behind it. The context completes alone (detached_done). */
+		*wr = (struct wr){.op = NULL, .slot = op->s.peer, .nic = (uint8_t)n, .kind = WR_NOTICE,
+				  .sendbuf = UINT32_MAX};
+		op->done++;
+		if (op->s.t_call)
+			op->t_last = xi_now_ns();
+	}
+	return 0;
 }
 
 /* ------------------------------------------------ entry and copy notices */
@@ -365,6 +378,8 @@ static void landings_reset(struct worker *w)
 
 int xi_notice_init(struct worker *w)
 {
+	const char *v = getenv("XFER_GPU_STAGED_NOTICE");
+	w->staged_posted = v && !strcmp(v, "posted");
 	if (!w->gpu)
 		return 0;
 	w->landings = calloc(XI_LANDINGS, sizeof(*w->landings));

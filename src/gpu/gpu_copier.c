@@ -66,9 +66,13 @@ struct xi_copier {
 	uint32_t pass_head, pass_n;
 	int open_dev;    /* the pass being built: its device, -1 none */
 	uint32_t open_n; /* ... and its commands (the newest of fly) */
-	/* XFER_GPU_TRACE: what the thread's calls cost. */
-	uint64_t copies, passes, issue_ns, close_ns, queries, query_ns;
+	/* XFER_GPU_TRACE: what the thread's calls cost, the latest TRACE_KEEP
+	 * of each (a mean alone hides a one-off stall). */
+	uint64_t copies, passes, queries, query_ns;
+	uint32_t *issue_ns, *close_ns; /* TRACE_KEEP each, NULL untraced */
 };
+
+#define TRACE_KEEP 4096u
 
 /* ------------------------------------------------------- the worker's side */
 
@@ -135,10 +139,8 @@ static int issue(struct xi_copier *k, const struct xi_copier_cmd *cmd)
 	for (uint32_t i = 0; i < cmd->n && i < XI_COPIER_PIECES; i++)
 		if (xi_copier_piece_issue(c, &cmd->p[i], st))
 			return -EIO;
-	if (k->trace) {
-		k->issue_ns += xi_now_ns() - t0;
-		k->copies++;
-	}
+	if (k->trace)
+		k->issue_ns[k->copies++ % TRACE_KEEP] = (uint32_t)(xi_now_ns() - t0);
 	return 0;
 }
 
@@ -191,10 +193,8 @@ static void close_pass(struct xi_copier *k)
 	}
 	k->pass[slot] = (struct pass){.n = n, .dev = dev, .word = word};
 	k->pass_n++;
-	if (k->trace) {
-		k->close_ns += xi_now_ns() - t0;
-		k->passes++;
-	}
+	if (k->trace)
+		k->close_ns[k->passes++ % TRACE_KEEP] = (uint32_t)(xi_now_ns() - t0);
 }
 
 /* Issues every command the worker has released: 1 if there were any. */
@@ -275,6 +275,23 @@ static void idle_wait(struct xi_copier *k)
 	atomic_store(&k->sleeping, 0);
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* p50 / p90 / max of the latest of n values kept, in microseconds. */
+static void trace_stage(const char *name, uint32_t *v, uint64_t n)
+{
+	size_t m = n < TRACE_KEEP ? (size_t)n : TRACE_KEEP;
+	if (!m)
+		return;
+	qsort(v, m, sizeof(*v), cmp_u32);
+	xinfo("XFER_GPU_TRACE copier %-32s n %6zu  p50 %8.2f  p90 %8.2f  max %9.2f us", name, m, v[m / 2] / 1e3,
+	      v[m * 9 / 10] / 1e3, v[m - 1] / 1e3);
+}
+
 static void teardown(struct xi_copier *k)
 {
 	const struct cuda_api *c = k->c;
@@ -291,13 +308,16 @@ static void teardown(struct xi_copier *k)
 		if (k->wordmem[dev])
 			c->cuMemFreeHost(k->wordmem[dev]);
 	}
-	if (k->trace && k->copies)
-		xinfo("XFER_GPU_TRACE copier: %llu copies in %llu passes (%.2f a pass); issue %.2f us a copy, "
-		      "word+event %.2f us a pass; %llu event queries, mean %.2f us",
+	if (k->trace && k->copies) {
+		xinfo("XFER_GPU_TRACE copier: %llu copies in %llu passes (%.2f a pass); %llu event queries, mean %.2f us",
 		      (unsigned long long)k->copies, (unsigned long long)k->passes,
-		      k->passes ? (double)k->copies / (double)k->passes : 0.0, (double)k->issue_ns / (double)k->copies / 1e3,
-		      k->passes ? (double)k->close_ns / (double)k->passes / 1e3 : 0.0, (unsigned long long)k->queries,
+		      k->passes ? (double)k->copies / (double)k->passes : 0.0, (unsigned long long)k->queries,
 		      k->queries ? (double)k->query_ns / (double)k->queries / 1e3 : 0.0);
+		trace_stage("issue a copy (cuMemcpy*Async)", k->issue_ns, k->copies);
+		trace_stage("close a pass (word + event)", k->close_ns, k->passes);
+	}
+	free(k->issue_ns);
+	free(k->close_ns);
 }
 
 static void *copier_main(void *arg)
@@ -337,9 +357,16 @@ struct xi_copier *xi_copier_start(const struct cuda_api *c, bool words)
 	k->c = c;
 	k->want_words = k->words = words && c->cuStreamWriteValue32;
 	k->trace = getenv("XFER_GPU_TRACE") && *getenv("XFER_GPU_TRACE");
+	if (k->trace) {
+		k->issue_ns = malloc(TRACE_KEEP * sizeof(uint32_t));
+		k->close_ns = malloc(TRACE_KEEP * sizeof(uint32_t));
+		k->trace = k->issue_ns && k->close_ns;
+	}
 	k->cur_dev = -1;
 	k->open_dev = -1;
 	if (pthread_create(&k->thread, NULL, copier_main, k)) {
+		free(k->issue_ns);
+		free(k->close_ns);
 		free(k);
 		return NULL;
 	}

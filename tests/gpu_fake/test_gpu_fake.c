@@ -1001,6 +1001,8 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "write-device"))
 		setenv("XFER_GPU_INDEX", "device", 1);
 	done_flag = strcmp(mode, "write-event") != 0;
+	if (strstr(mode, "-posted")) /* staged writes complete once their notices are posted */
+		setenv("XFER_GPU_STAGED_NOTICE", "posted", 1);
 	copier = strstr(mode, "-copier") != NULL || (getenv("XFER_GPU_COPIER") && !strcmp(getenv("XFER_GPU_COPIER"), "1"));
 	if (copier)
 		setenv("XFER_GPU_COPIER", "1", 1);
