@@ -32,6 +32,7 @@ struct pass {
 	int dev;
 	uint32_t word; /* what the stream writes to words[dev][slot]; 0: none */
 	uint32_t polls;
+	uint64_t t_closed; /* XFER_GPU_TRACE: when its event was recorded */
 };
 
 struct flying {
@@ -68,8 +69,8 @@ struct xi_copier {
 	uint32_t open_n; /* ... and its commands (the newest of fly) */
 	/* XFER_GPU_TRACE: what the thread's calls cost, the latest TRACE_KEEP
 	 * of each (a mean alone hides a one-off stall). */
-	uint64_t copies, passes, queries, query_ns;
-	uint32_t *issue_ns, *close_ns; /* TRACE_KEEP each, NULL untraced */
+	uint64_t copies, passes, queries, query_ns, by_word, by_event, done_passes;
+	uint32_t *issue_ns, *close_ns, *seen_ns; /* TRACE_KEEP each, NULL untraced */
 };
 
 #define TRACE_KEEP 4096u
@@ -191,7 +192,7 @@ static void close_pass(struct xi_copier *k)
 		fail_newest(k, n);
 		return;
 	}
-	k->pass[slot] = (struct pass){.n = n, .dev = dev, .word = word};
+	k->pass[slot] = (struct pass){.n = n, .dev = dev, .word = word, .t_closed = k->trace ? xi_now_ns() : 0};
 	k->pass_n++;
 	if (k->trace)
 		k->close_ns[k->passes++ % TRACE_KEEP] = (uint32_t)(xi_now_ns() - t0);
@@ -229,8 +230,10 @@ static int take(struct xi_copier *k)
 /* 1 done, -EIO failed, 0 still running. */
 static int pass_state(struct xi_copier *k, struct pass *p, uint32_t slot)
 {
-	if (p->word && __atomic_load_n(&k->wordmem[p->dev][slot], __ATOMIC_ACQUIRE) == p->word)
+	if (p->word && __atomic_load_n(&k->wordmem[p->dev][slot], __ATOMIC_ACQUIRE) == p->word) {
+		k->by_word += k->trace;
 		return 1; /* the stream got past its copies */
+	}
 	if (p->word && ++p->polls % WORD_QUERY_EVERY)
 		return 0;
 	if (stream_on(k, p->dev) == NULL)
@@ -241,6 +244,7 @@ static int pass_state(struct xi_copier *k, struct pass *p, uint32_t slot)
 		k->query_ns += xi_now_ns() - t0;
 		k->queries++;
 	}
+	k->by_event += k->trace && r != CUDA_ERROR_NOT_READY;
 	return r == CUDA_ERROR_NOT_READY ? 0 : r ? -EIO : 1;
 }
 
@@ -254,6 +258,8 @@ static int reap(struct xi_copier *k)
 		int st = pass_state(k, p, slot);
 		if (!st)
 			break;
+		if (k->trace)
+			k->seen_ns[k->done_passes++ % TRACE_KEEP] = (uint32_t)(xi_now_ns() - p->t_closed);
 		for (uint32_t i = 0; i < p->n; i++) {
 			publish(k, &k->fly[k->fly_head], st < 0);
 			k->fly_head = (k->fly_head + 1) % XI_COPIER_RING;
@@ -309,15 +315,19 @@ static void teardown(struct xi_copier *k)
 			c->cuMemFreeHost(k->wordmem[dev]);
 	}
 	if (k->trace && k->copies) {
-		xinfo("XFER_GPU_TRACE copier: %llu copies in %llu passes (%.2f a pass); %llu event queries, mean %.2f us",
+		xinfo("XFER_GPU_TRACE copier: %llu copies in %llu passes (%.2f a pass); %llu event queries, mean %.2f us; "
+		      "passes seen done by their word %llu, by their event %llu",
 		      (unsigned long long)k->copies, (unsigned long long)k->passes,
 		      k->passes ? (double)k->copies / (double)k->passes : 0.0, (unsigned long long)k->queries,
-		      k->queries ? (double)k->query_ns / (double)k->queries / 1e3 : 0.0);
+		      k->queries ? (double)k->query_ns / (double)k->queries / 1e3 : 0.0, (unsigned long long)k->by_word,
+		      (unsigned long long)k->by_event);
 		trace_stage("issue a copy (cuMemcpy*Async)", k->issue_ns, k->copies);
 		trace_stage("close a pass (word + event)", k->close_ns, k->passes);
+		trace_stage("pass closed->seen done", k->seen_ns, k->done_passes);
 	}
 	free(k->issue_ns);
 	free(k->close_ns);
+	free(k->seen_ns);
 }
 
 static void *copier_main(void *arg)
@@ -360,13 +370,15 @@ struct xi_copier *xi_copier_start(const struct cuda_api *c, bool words)
 	if (k->trace) {
 		k->issue_ns = malloc(TRACE_KEEP * sizeof(uint32_t));
 		k->close_ns = malloc(TRACE_KEEP * sizeof(uint32_t));
-		k->trace = k->issue_ns && k->close_ns;
+		k->seen_ns = malloc(TRACE_KEEP * sizeof(uint32_t));
+		k->trace = k->issue_ns && k->close_ns && k->seen_ns;
 	}
 	k->cur_dev = -1;
 	k->open_dev = -1;
 	if (pthread_create(&k->thread, NULL, copier_main, k)) {
 		free(k->issue_ns);
 		free(k->close_ns);
+		free(k->seen_ns);
 		free(k);
 		return NULL;
 	}
