@@ -132,8 +132,9 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 		/* Done for the op once posted, like a copy's notice (notice_detaches):
 		 * its data is in the peer's mirror, and the transport delivers the
 		 * notice behind it. The context completes alone (detached_done). */
-		*wr = (struct wr){.op = NULL, .slot = op->s.peer, .nic = (uint8_t)n, .kind = WR_NOTICE,
-				  .sendbuf = UINT32_MAX};
+		wr->op = NULL; /* its bounce buffer (wr->sendbuf) still goes back at its completion */
+		wr->slot = op->s.peer;
+		wr->kind = WR_NOTICE;
 		op->done++;
 		if (op->s.t_call)
 			op->t_last = xi_now_ns();

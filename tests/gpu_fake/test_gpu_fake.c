@@ -918,6 +918,62 @@ static int notice_source(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------------ many writes */
+
+/* More staged writes than the engine has SEND bounce buffers (128), up to
+ * 16 in flight, each 4 KiB slice of its own with its immediate: every
+ * notice's buffer must come back (a leak hangs the writer), every byte and
+ * immediate lands once. Run with posted notices and the copy thread too. */
+#define MANY 300
+#define MANY_SLICE 4096u
+#define IMM_MANY 0x6f0
+
+static int many_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	struct wdst d = wdst_open(fd, (size_t)MANY * MANY_SLICE, 1);
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(d.e, IMM_MANY, MANY, &c));
+	t_send_desc(fd, d.mr);
+	CHECK_RC(t_wait_cqe(d.e, 30000).res, 0);
+	t_fill(d.want, (size_t)MANY * MANY_SLICE, 11);
+	CHECK(memcmp(d.gpu, d.want, (size_t)MANY * MANY_SLICE) == 0);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(d.e, IMM_MANY, &extra));
+	CHECK(extra == 0); /* nothing counted twice */
+	t_send_u64(fd, 1);
+	wdst_close(&d);
+	return 0;
+}
+
+static int many_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	struct wsrc ws = wsrc_open_len(fds[0], 11, (size_t)MANY * MANY_SLICE);
+	int inflight = 0;
+	for (uint32_t i = 0; i < MANY; i++) {
+		if (inflight == 16) {
+			CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+			inflight--;
+		}
+		struct xfer_write w = {.src = ws.mr, .src_off = (uint64_t)i * MANY_SLICE, .dst = ws.dst,
+				       .dst_off = (uint64_t)i * MANY_SLICE, .len = MANY_SLICE, .imm = IMM_MANY,
+				       .flags = XFER_F_IMM};
+		CHECK_OK(xfer_write(ws.e, &w, NULL));
+		inflight++;
+	}
+	for (; inflight; inflight--)
+		CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fds[0]) == 1);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(!staged || fc.dtoh == MANY);
+	CHECK(copier && staged ? fc.copier_copies == MANY : fc.copier_copies == 0);
+	wsrc_close(&ws);
+	printf("write-many: %u staged writes of %u B verified%s%s\n", MANY, MANY_SLICE,
+	       getenv("XFER_GPU_STAGED_NOTICE") ? ", notices done once posted" : "", copier ? ", copy thread" : "");
+	return 0;
+}
+
 /* ------------------------------------------------------ announced copy */
 
 #define ALEN (32u << 20)
@@ -1018,6 +1074,8 @@ int main(int argc, char **argv)
 		return t_run_procs(1, ahead_target, ahead_source, NULL);
 	if (!strcmp(mode, "write-notice"))
 		return t_run_procs(1, notice_target, notice_source, NULL);
+	if (!strncmp(mode, "write-many", 10))
+		return t_run_procs(1, many_target, many_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
 	if (!strncmp(mode, "write-batch", 11)) {
