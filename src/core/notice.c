@@ -43,12 +43,26 @@ static uint32_t notice_count(const xfer_engine_t *e, const struct op *op)
 	return (op->s.u.paged.npages + per - 1) / per;
 }
 
-void xi_notice_phase(struct worker *w, struct op *op)
+/* The op moves to its notice phase: its requests from now on are notices. */
+static void notice_totals(struct worker *w, struct op *op)
 {
 	op->phase = OP_NOTICES;
 	op->data_total = op->posted;
 	op->total = op->posted + notice_count(w->e, op);
+}
+
+void xi_notice_phase(struct worker *w, struct op *op)
+{
+	notice_totals(w, op);
 	xi_op_enqueue(w, op);
+}
+
+bool xi_notice_phase_now(struct worker *w, struct op *op)
+{
+	if (!w->notices_now)
+		return false;
+	notice_totals(w, op);
+	return true;
 }
 
 /* A notice that names no ranges (nothing to copy out of a mirror): it
@@ -381,6 +395,8 @@ int xi_notice_init(struct worker *w)
 {
 	const char *v = getenv("XFER_GPU_STAGED_NOTICE");
 	w->staged_posted = v && !strcmp(v, "posted");
+	v = getenv("XFER_GPU_NOTICE_NOW");
+	w->notices_now = v && !strcmp(v, "1");
 	if (!w->gpu)
 		return 0;
 	w->landings = calloc(XI_LANDINGS, sizeof(*w->landings));

@@ -1059,6 +1059,8 @@ int main(int argc, char **argv)
 	done_flag = strcmp(mode, "write-event") != 0;
 	if (strstr(mode, "-posted")) /* staged writes complete once their notices are posted */
 		setenv("XFER_GPU_STAGED_NOTICE", "posted", 1);
+	if (strstr(mode, "-now")) /* ... which go out as their data completes, not through the FIFO */
+		setenv("XFER_GPU_NOTICE_NOW", "1", 1);
 	copier = strstr(mode, "-copier") != NULL || (getenv("XFER_GPU_COPIER") && !strcmp(getenv("XFER_GPU_COPIER"), "1"));
 	if (copier)
 		setenv("XFER_GPU_COPIER", "1", 1);
