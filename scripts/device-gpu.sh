@@ -61,12 +61,13 @@
 #            test_gpu_signal staged with the copier on shm and tcp     ~110 s
 #   stage7   round 2 of that task: XFER_BENCH_ONLY=staged on shm and tcp,
 #            STAGED_REPS (default 3) rounds of each variant of STAGE7_AB
-#            (NAME:VAR=v,VAR=v ...; default: default, ahead, copier+ahead,
-#            posted+ahead (XFER_GPU_STAGED_NOTICE=posted), posted+copier+ahead,
-#            XFER_SPIN_US=1000+ahead, spin+posted+copier+ahead), interleaved;
-#            row 0 traced on shm for the variants of STAGE7_TRACE; test_gpu
-#            staged/scatter-staged and test_gpu_signal staged with
-#            posted+copier+ahead on shm and tcp                       ~130 s
+#            (NAME:VAR=v,VAR=v ...; default: default, ahead,
+#            XFER_GPU_NOTICE_NOW=1+ahead, XFER_GPU_STAGED_NOTICE=posted+ahead,
+#            now+posted+ahead, now+posted+copier+ahead, XFER_SPIN_US=1000+
+#            now+posted+ahead), interleaved; row 0 traced on shm for the
+#            variants of STAGE7_TRACE; test_gpu staged/scatter-staged and
+#            test_gpu_signal staged with now+posted+copier+ahead on shm and
+#            tcp; the IPC single and paged rows once with defaults    ~140 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -245,15 +246,15 @@ plan_copier() {
 	done
 }
 
-STAGE7_AB=${STAGE7_AB:-"default: ahead:XFER_GPU_STAGE_AHEAD=1 copier-ahead:XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1 posted-ahead:XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1 posted-copier-ahead:XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1 spin-ahead:XFER_SPIN_US=1000,XFER_GPU_STAGE_AHEAD=1 spin-posted-copier-ahead:XFER_SPIN_US=1000,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1"}
-STAGE7_TRACE=${STAGE7_TRACE:-"default posted-copier-ahead spin-posted-copier-ahead"}
+STAGE7_AB=${STAGE7_AB:-"default: ahead:XFER_GPU_STAGE_AHEAD=1 now-ahead:XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGE_AHEAD=1 posted-ahead:XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1 now-posted-ahead:XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1 now-posted-copier-ahead:XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1 spin-now-posted-ahead:XFER_SPIN_US=1000,XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1"}
+STAGE7_TRACE=${STAGE7_TRACE:-"default ahead now-posted-ahead now-posted-copier-ahead"}
 plan_stage7() {
 	local r p v m t envs
 	for r in $(seq "${STAGED_REPS:-3}"); do
 		for p in shm tcp; do
 			for v in $STAGE7_AB; do
 				envs=${v#*:}
-				step s7-staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+				step s7-staged-$p-${v%%:*}-r$r 10 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
 			done
 		done
 	done
@@ -265,11 +266,14 @@ plan_stage7() {
 				XFER_GPU_TRACE="$out/s7-trace64k-shm-$t.csv" $B
 		done
 	done
-	local all="XFER_GPU_STAGED_NOTICE=posted XFER_GPU_COPIER=1 XFER_GPU_STAGE_AHEAD=1"
+	local all="XFER_GPU_NOTICE_NOW=1 XFER_GPU_STAGED_NOTICE=posted XFER_GPU_COPIER=1 XFER_GPU_STAGE_AHEAD=1"
 	for p in shm tcp; do
 		for m in staged scatter-staged; do step s7-test-$m-$p 30 env $all XFER_TEST_PROVIDER=$p $T $m; done
 		step s7-test-signal-staged-$p 20 env $all XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
 	done
+	# This tree's defaults on the rows that do not stage (IPC), once each.
+	step s7-single 20 env XFER_BENCH_ONLY=single $B
+	step s7-paged 15 env XFER_BENCH_ONLY=paged $B
 }
 
 plan_full() {
