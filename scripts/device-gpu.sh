@@ -51,23 +51,14 @@
 #            default vs tile, STAGED_REPS times (their gathers and landings
 #            are paged launches too); test_gpu ipc/scatter-ipc/staged/
 #            scatter-staged with the default on shm and tcp            ~70 s
-#   copier   the GPU copy thread of issue 14's stage7 task (XFER_GPU_COPIER=1:
-#            staging copies and landings made by a thread of the engine's,
-#            not the worker): XFER_BENCH_ONLY=staged on tcp and shm,
-#            STAGED_REPS (default 3) rounds of default, copier, copier +
-#            XFER_GPU_STAGE_AHEAD=1, ahead alone, interleaved; the staged
-#            64 KiB row traced (XFER_GPU_TRACE) on shm and tcp, default and
-#            copier + ahead; test_gpu staged/scatter-staged/h2g/g2h and
-#            test_gpu_signal staged with the copier on shm and tcp     ~110 s
-#   stage7   round 2 of that task: XFER_BENCH_ONLY=staged on shm and tcp,
-#            STAGED_REPS (default 3) rounds of each variant of STAGE7_AB
-#            (NAME:VAR=v,VAR=v ...; default: default, ahead,
-#            XFER_GPU_NOTICE_NOW=1+ahead, XFER_GPU_STAGED_NOTICE=posted+ahead,
-#            now+posted+ahead, now+posted+copier+ahead, XFER_SPIN_US=1000+
-#            now+posted+ahead), interleaved; row 0 traced on shm for the
-#            variants of STAGE7_TRACE; test_gpu staged/scatter-staged and
-#            test_gpu_signal staged with now+posted+copier+ahead on shm and
-#            tcp; the IPC single and paged rows once with defaults    ~140 s
+#   stage7   the staged 64 KiB row of issue 14's stage7 task: XFER_BENCH_ONLY=
+#            staged on shm and tcp, STAGED_REPS (default 3) rounds of each
+#            variant of STAGE7_AB (NAME:VAR=v,VAR=v ...; default: default,
+#            XFER_GPU_STAGE_AHEAD=1, that with XFER_SPIN_US=1000), interleaved;
+#            row 0 traced (XFER_GPU_TRACE) on shm for the variants of
+#            STAGE7_TRACE; test_gpu staged/scatter-staged and
+#            test_gpu_signal staged on shm and tcp; the IPC single and
+#            paged rows once                                            ~70 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -221,33 +212,8 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
-COPIER_AB="default: copier:XFER_GPU_COPIER=1 copier-ahead:XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1 ahead:XFER_GPU_STAGE_AHEAD=1"
-plan_copier() {
-	local r p v m
-	for r in $(seq "${STAGED_REPS:-3}"); do
-		for p in shm tcp; do
-			for v in $COPIER_AB; do
-				local envs=${v#*:}
-				step copier-staged-$p-${v%%:*}-r$r 20 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
-			done
-		done
-	done
-	for p in shm tcp; do
-		step copier-trace64k-$p-default 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p XFER_BENCH_ROW=0 \
-			XFER_GPU_TRACE="$out/copier-trace64k-$p-default.csv" $B
-		step copier-trace64k-$p-copier-ahead 10 env XFER_GPU_COPIER=1 XFER_GPU_STAGE_AHEAD=1 XFER_BENCH_ONLY=staged \
-			XFER_TEST_PROVIDER=$p XFER_BENCH_ROW=0 XFER_GPU_TRACE="$out/copier-trace64k-$p-copier-ahead.csv" $B
-	done
-	for p in shm tcp; do
-		for m in staged scatter-staged h2g g2h; do
-			step copier-test-$m-$p 30 env XFER_GPU_COPIER=1 XFER_TEST_PROVIDER=$p $T $m
-		done
-		step copier-test-signal-staged-$p 20 env XFER_GPU_COPIER=1 XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
-	done
-}
-
-STAGE7_AB=${STAGE7_AB:-"default: ahead:XFER_GPU_STAGE_AHEAD=1 now-ahead:XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGE_AHEAD=1 posted-ahead:XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1 now-posted-ahead:XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1 now-posted-copier-ahead:XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_COPIER=1,XFER_GPU_STAGE_AHEAD=1 spin-now-posted-ahead:XFER_SPIN_US=1000,XFER_GPU_NOTICE_NOW=1,XFER_GPU_STAGED_NOTICE=posted,XFER_GPU_STAGE_AHEAD=1"}
-STAGE7_TRACE=${STAGE7_TRACE:-"default ahead now-posted-ahead now-posted-copier-ahead"}
+STAGE7_AB=${STAGE7_AB:-"default: ahead:XFER_GPU_STAGE_AHEAD=1 spin-ahead:XFER_SPIN_US=1000,XFER_GPU_STAGE_AHEAD=1"}
+STAGE7_TRACE=${STAGE7_TRACE:-"default ahead"}
 plan_stage7() {
 	local r p v m t envs
 	for r in $(seq "${STAGED_REPS:-3}"); do
@@ -266,10 +232,9 @@ plan_stage7() {
 				XFER_GPU_TRACE="$out/s7-trace64k-shm-$t.csv" $B
 		done
 	done
-	local all="XFER_GPU_NOTICE_NOW=1 XFER_GPU_STAGED_NOTICE=posted XFER_GPU_COPIER=1 XFER_GPU_STAGE_AHEAD=1"
 	for p in shm tcp; do
-		for m in staged scatter-staged; do step s7-test-$m-$p 30 env $all XFER_TEST_PROVIDER=$p $T $m; done
-		step s7-test-signal-staged-$p 20 env $all XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
+		for m in staged scatter-staged; do step s7-test-$m-$p 30 env XFER_TEST_PROVIDER=$p $T $m; done
+		step s7-test-signal-staged-$p 20 env XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
 	done
 	# This tree's defaults on the rows that do not stage (IPC), once each.
 	step s7-single 20 env XFER_BENCH_ONLY=single $B
@@ -289,7 +254,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto copier stage7 full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto stage7 full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

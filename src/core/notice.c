@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/imm_counters.h"
 #include "core/liveness.h"
@@ -43,26 +42,12 @@ static uint32_t notice_count(const xfer_engine_t *e, const struct op *op)
 	return (op->s.u.paged.npages + per - 1) / per;
 }
 
-/* The op moves to its notice phase: its requests from now on are notices. */
-static void notice_totals(struct worker *w, struct op *op)
+void xi_notice_phase(struct worker *w, struct op *op)
 {
 	op->phase = OP_NOTICES;
 	op->data_total = op->posted;
 	op->total = op->posted + notice_count(w->e, op);
-}
-
-void xi_notice_phase(struct worker *w, struct op *op)
-{
-	notice_totals(w, op);
 	xi_op_enqueue(w, op);
-}
-
-bool xi_notice_phase_now(struct worker *w, struct op *op)
-{
-	if (!w->notices_now)
-		return false;
-	notice_totals(w, op);
-	return true;
 }
 
 /* A notice that names no ranges (nothing to copy out of a mirror): it
@@ -138,22 +123,9 @@ int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n)
 	*wr = (struct wr){.op = op, .slot = op->data_total + k, .nic = (uint8_t)n, .kind = WR_OP,
 			  .sendbuf = UINT32_MAX};
 	int ret = xi_tx_send(w, n, p->dest[n], b, (size_t)len, wr);
-	if (ret) {
+	if (ret)
 		xi_tx_wr_put(w, wr);
-		return ret;
-	}
-	if (w->staged_posted) {
-		/* Done for the op once posted, like a copy's notice (notice_detaches):
-		 * its data is in the peer's mirror, and the transport delivers the
-		 * notice behind it. The context completes alone (detached_done). */
-		wr->op = NULL; /* its bounce buffer (wr->sendbuf) still goes back at its completion */
-		wr->slot = op->s.peer;
-		wr->kind = WR_NOTICE;
-		op->done++;
-		if (op->s.t_call)
-			op->t_last = xi_now_ns();
-	}
-	return 0;
+	return ret;
 }
 
 /* ------------------------------------------------ entry and copy notices */
@@ -393,10 +365,6 @@ static void landings_reset(struct worker *w)
 
 int xi_notice_init(struct worker *w)
 {
-	const char *v = getenv("XFER_GPU_STAGED_NOTICE");
-	w->staged_posted = v && !strcmp(v, "posted");
-	v = getenv("XFER_GPU_NOTICE_NOW");
-	w->notices_now = v && !strcmp(v, "1");
 	if (!w->gpu)
 		return 0;
 	w->landings = calloc(XI_LANDINGS, sizeof(*w->landings));
@@ -502,8 +470,8 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 			for (uint32_t i = 0; i < n->nranges && ret == 1; i++) {
 				uint64_t off, len;
 				xi_notice_range(n, i, &off, &len);
-				ret = xi_gpu_copy_add_mirror(w->gpu, (uint64_t)(uintptr_t)mr->buf + off,
-							     (const uint8_t *)mr->reg_buf + off, len);
+				ret = xi_gpu_copy_add(w->gpu, (uint64_t)(uintptr_t)mr->buf + off, 0,
+						      (const uint8_t *)mr->reg_buf + off, len);
 				if (!ret && i + 1 < n->nranges)
 					ret = 1;
 			}

@@ -29,11 +29,6 @@ struct wr;
 
 /* All data of a staged write landed: its notices are next (requeued). */
 void xi_notice_phase(struct worker *w, struct op *op);
-/* XFER_GPU_NOTICE_NOW=1: true, and op is in its notice phase, not queued:
- * the caller (core/path.c, as the op's data completes) posts its notices at
- * once, queueing only what cannot go yet, rather than behind the FIFO's
- * ops. false: nothing done (xi_notice_phase then). */
-bool xi_notice_phase_now(struct worker *w, struct op *op);
 /* Posts notice k of a staged write on NIC n: 0, -EAGAIN, or the error. */
 int xi_notice_post(struct worker *w, struct op *op, uint32_t k, unsigned n);
 

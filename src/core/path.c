@@ -424,15 +424,7 @@ static void settle_staged(struct worker *w, struct op *op)
 {
 	if (op->phase == OP_DATA && !op->queued && op->posted == op->total && op->done == op->posted &&
 	    op->status == 0) {
-		/* Its data is all in the peer's mirror: with XFER_GPU_NOTICE_NOW=1 its
-		 * notices need not wait behind the FIFO's ops, whose head may wait
-		 * for its own staging copy (~7 us an op, run stage7-1). */
-		if (!xi_notice_phase_now(w, op))
-			xi_notice_phase(w, op);
-		else if (post_notices(w, op) == -EAGAIN)
-			xi_op_enqueue(w, op);
-		else
-			xi_op_try_finish(w, op);
+		xi_notice_phase(w, op);
 		return;
 	}
 	xi_op_try_finish(w, op);

@@ -144,8 +144,6 @@ struct worker {
 	struct landing *landings, *free_landings; /* XI_LANDINGS, where a GPU is */
 	uint32_t *landing_idx, landing_idx_max;   /* a notice's ranges as page numbers */
 	uint64_t ahead_until; /* a peer's copy to us was announced: stay awake until its count, or this */
-	bool staged_posted; /* XFER_GPU_STAGED_NOTICE=posted: a staged write's notices detach once posted */
-	bool notices_now;   /* XFER_GPU_NOTICE_NOW=1: they are posted when its data completes, not via the FIFO */
 	/* core/telemetry.c: counters and histograms the readers aggregate */
 	struct xi_tel *tel;
 	/* gpu/gpu_copy.c, NULL without a CUDA driver */

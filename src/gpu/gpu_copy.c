@@ -21,7 +21,6 @@
 
 #include "gpu/cuda_api.h"
 #include "gpu/fatbin.h"
-#include "gpu/gpu_copier.h"
 #include "gpu/gpu_trace.h"
 #include "gpu/kernel_args.h"
 #include "util/log.h"
@@ -37,7 +36,6 @@ struct gpu_wait {
 	/* The stream writes flag_seq to word flag_slot of its device's flags
 	 * once the copy is done (0: no word, the event only). */
 	uint32_t flag_seq, flag_slot;
-	uint32_t cop_seq; /* the copy thread's (XFER_GPU_COPIER): its command's seq; 0 none */
 };
 
 /* Kernel jobs of calls posted in one turn of the worker, launched together
@@ -131,17 +129,6 @@ struct xi_gpu {
 	CUdeviceptr flags_dev[XI_GPU_DEVS];
 	uint32_t flag_seq;
 	uint32_t flag_polls;
-	/* XFER_GPU_COPIER=1: a copy made only of pieces between device memory
-	 * and a pinned mirror (staging, landings) goes to the copy thread
-	 * (gpu/gpu_copier.h), which pays its CUDA calls. The copy being built
-	 * holds its pieces in cop until it ends; cur_direct once a piece went
-	 * to this thread's stream (then all of the copy's do). */
-	bool copier_on;
-	struct xi_copier *copier;
-	bool copier_dev[XI_GPU_DEVS]; /* xi_copier_prepare done for the device */
-	struct xi_copier_cmd cop;
-	bool cur_direct;
-	uint32_t cop_seq;
 };
 
 /* Polls between two queries of the event of a copy that writes a word. */
@@ -190,7 +177,6 @@ struct xi_gpu *xi_gpu_create(void)
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
-	g->copier_on = env_is("XFER_GPU_COPIER", "1");
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -234,7 +220,6 @@ void xi_gpu_destroy(struct xi_gpu *g)
 {
 	if (!g)
 		return;
-	xi_copier_stop(g->copier); /* its copies finish first */
 	for (int dev = 0; dev < XI_GPU_DEVS; dev++) {
 		if (!g->stream[dev] || use_dev(g, dev))
 			continue;
@@ -326,14 +311,11 @@ static struct gpu_kernels *kernels_of(struct xi_gpu *g, int dev)
  * of the ring skipped) added to *taken: 0, -EAGAIN while copies in flight
  * hold it, or 1 for a list that would not fit even an empty ring. */
 
-/* The stream's write of a fresh sequence number to word slot of dev's
- * flags, after everything queued on st so far: the value, or 0 (words off,
- * or no memory for them, or the driver refused: events only from now on). */
 /* dev's copy-end words, made once per device: at a GPU region's
  * registration (xi_gpu_prepare), else at its first tracked copy. Made at a
- * copy, the pinned allocation took 1.0-1.3 ms on an H200 (run stage7-1:
- * the first landing's "event record"), on the worker, inside whatever the
- * application was timing. false: no words (events from now on). */
+ * copy, the pinned allocation took 1.0-1.3 ms of the worker on an H200 (run
+ * stage7-1: a target's first landing, whose "event record" it was), inside
+ * whatever the application was timing. false: no words (events from now on). */
 static bool flags_ready(struct xi_gpu *g, int dev)
 {
 	if (!g->done_flag)
@@ -354,6 +336,9 @@ static bool flags_ready(struct xi_gpu *g, int dev)
 	return true;
 }
 
+/* The stream's write of a fresh sequence number to word slot of dev's
+ * flags, after everything queued on st so far: the value, or 0 (words off,
+ * or no memory for them, or the driver refused: events only from now on). */
 static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot)
 {
 	if (!flags_ready(g, dev))
@@ -581,8 +566,6 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
 	g->pend_idx = 0;
 	g->dev = dev;
 	g->nbatch = 0;
-	g->cop.n = 0;
-	g->cur_direct = false;
 	g->cur_in_batch = false;
 	g->cur_failed = false;
 	if (g->trace)
@@ -609,78 +592,6 @@ static int flush_batch(struct xi_gpu *g)
 	for (size_t i = 0; i < n && !ret; i++)
 		ret = xi_gpu_copy_add(g, g->batch_dst[i], g->batch_src[i], NULL, g->batch_len[i]);
 	return ret;
-}
-
-/* ------------------------------------------------------ the copy thread */
-
-/* Holds a piece between device memory and a pinned mirror for the copy
- * thread: false when the copy being built goes to this thread's stream
- * (no thread, a piece already there, XFER_GPU_STAGE=kernel, or more
- * pieces than a command carries). */
-static bool hold(struct xi_gpu *g, uint64_t dev, void *host, size_t len, bool to_host)
-{
-	if (!g->copier || !g->copier_dev[g->dev] || g->cur_direct || g->stage_kernel || g->cop.n == XI_COPIER_PIECES)
-		return false;
-	g->cop.p[g->cop.n++] = (struct xi_copier_piece){.dev = dev, .host = host, .len = len, .to_host = to_host};
-	return true;
-}
-
-/* The copy being built goes to this thread's stream from now on: the
- * pieces held so far first, behind the jobs queued (the stream keeps order). */
-static int go_direct(struct xi_gpu *g)
-{
-	if (g->cur_direct)
-		return 0;
-	g->cur_direct = true;
-	if (!g->cop.n)
-		return 0;
-	launch_batch(g);
-	CUstream st = g->stream[g->dev];
-	for (uint32_t i = 0; i < g->cop.n; i++)
-		if (xi_copier_piece_issue(g->c, &g->cop.p[i], st))
-			return -EIO;
-	g->cop.n = 0;
-	return 0;
-}
-
-/* Ends the copy being built by handing its held pieces to the copy thread:
- * 0, or 1 when it does not apply (nothing held, or the ring is full: the
- * pieces then went to this thread's stream). */
-static int end_by_copier(struct xi_gpu *g, void *ctx)
-{
-	if (!g->cop.n || g->cur_direct)
-		return 1;
-	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
-	uint32_t seq = ++g->cop_seq & 0x7fffffffu;
-	if (!seq)
-		seq = g->cop_seq = 1; /* never 0: an unused result word holds 0 */
-	g->cop.seq = seq;
-	g->cop.slot = slot;
-	g->cop.dev = g->dev;
-	/* The open batch's copies are the newest entries of the ring when it
-	 * launches (launch_batch): it goes first, as before a copy-engine copy. */
-	launch_batch(g);
-	uint32_t tr = 0;
-	uint64_t t_push = g->trace ? xi_gpu_trace_now() : 0;
-	if (!xi_copier_push(g->copier, &g->cop)) {
-		int ret = go_direct(g);
-		return ret ? ret : 1;
-	}
-	if (g->trace) {
-		tr = xi_gpu_trace_open(g->trace, XI_TRACE_ENGINE);
-		struct xi_trace_rec *r = xi_gpu_trace_rec(g->trace, tr);
-		r->t_open = g->t_begin;
-		r->t_launch = t_push;
-		r->t_launched = r->t_recorded = xi_gpu_trace_now();
-		r->rt_launched = xi_gpu_trace_realtime();
-		r->calls = 1;
-		for (uint32_t i = 0; i < g->cop.n; i++)
-			r->bytes += g->cop.p[i].len;
-	}
-	g->ring[slot] = (struct gpu_wait){.ctx = ctx, .dev = g->dev, .trace = tr, .cop_seq = seq};
-	g->cop.n = 0;
-	g->count++;
-	return 0;
 }
 
 /* One contiguous copy (16-byte aligned, below 2^31 bytes: the callers check)
@@ -733,9 +644,6 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 {
 	if (!len)
 		return 0;
-	int direct = go_direct(g);
-	if (direct)
-		return direct;
 	if (src_host) {
 		int ret = mapped_job(g, dst, 0, NULL, src_host, len);
 		if (ret != 1)
@@ -750,12 +658,9 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 
 int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
 {
-	if (!len || hold(g, src, dst_host, len, true))
+	if (!len)
 		return 0;
-	int ret = go_direct(g);
-	if (ret)
-		return ret;
-	ret = mapped_job(g, 0, src, dst_host, NULL, len);
+	int ret = mapped_job(g, 0, src, dst_host, NULL, len);
 	if (ret != 1)
 		return ret;
 	launch_batch(g);
@@ -763,20 +668,10 @@ int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t 
 }
 
 
-int xi_gpu_copy_add_mirror(struct xi_gpu *g, uint64_t dst, const void *mirror, size_t len)
-{
-	if (!len || hold(g, dst, (void *)mirror, len, false))
-		return 0;
-	return xi_gpu_copy_add(g, dst, 0, mirror, len);
-}
-
 int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
 {
 	if (!len)
 		return 0;
-	int ret = go_direct(g);
-	if (ret)
-		return ret;
 	if (!g->c->cuMemcpyBatchAsync || g->batch_off)
 		return xi_gpu_copy_add(g, dst, src, NULL, len);
 	launch_batch(g);
@@ -799,9 +694,6 @@ int xi_gpu_copy_dtod(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len)
 {
 	if (!len)
 		return 0;
-	int ret = go_direct(g);
-	if (ret)
-		return ret;
 	struct gpu_kernels *k = len <= g->kernel_max && len < (1ull << 31) ? kernels_of(g, g->dev) : NULL;
 	if (!k || ((dst | src | len) & 15))
 		return xi_gpu_copy_add(g, dst, src, NULL, len);
@@ -812,10 +704,7 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 {
 	if (g->cur_failed)
 		return -EIO;
-	int ret = end_by_copier(g, ctx);
-	if (ret <= 0)
-		return ret;
-	ret = flush_batch(g);
+	int ret = flush_batch(g);
 	if (ret)
 		return ret;
 	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
@@ -873,11 +762,6 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 		int status = 0;
 		if (wt->failed) {
 			status = -EIO;
-		} else if (wt->cop_seq) {
-			int r = xi_copier_done(g->copier, g->head, wt->cop_seq);
-			if (!r)
-				break;
-			status = r < 0 ? -EIO : 0;
 		} else if (!wt->event) {
 			break; /* its batch is not launched yet */
 		} else if (wt->event != done) {
@@ -942,8 +826,9 @@ int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
  * kernel that spins on that landing's signal word: a deadlock. So the
  * stream, the copy kernels (fully loaded) and their page-list memory are
  * made when a GPU region is registered, before any kernel can wait on it;
- * so are the copy-end words, the events and the copy thread's stream (they
- * cost a first copy a millisecond, flags_ready says why). */
+ * so are the copy-end words and the copy ring's events, which otherwise cost
+ * the first copies of a device a millisecond (flags_ready) and a
+ * cuEventCreate each, on the worker, in the middle of the traffic. */
 void xi_gpu_prepare(struct xi_gpu *g, int dev)
 {
 	if (!g || !stream_of(g, dev))
@@ -953,22 +838,6 @@ void xi_gpu_prepare(struct xi_gpu *g, int dev)
 	for (uint32_t i = 0; i < XI_GPU_RING; i++)
 		if (!g->events[dev][i] && g->c->cuEventCreate(&g->events[dev][i], CU_EVENT_DISABLE_TIMING))
 			break; /* the rest at their first copies (xi_gpu_copy_begin) */
-	if (g->copier_on && !g->copier) {
-		/* Started here, not at a first copy: a thread's start is no
-		 * business of the data path. */
-		g->copier = xi_copier_start(g->c, g->done_flag);
-		if (!g->copier) {
-			xwarn("no GPU copy thread (XFER_GPU_COPIER=1): the worker makes the staging copies");
-			g->copier_on = false;
-		} else {
-			xinfo("GPU copy thread started: staging copies and landings go through it");
-		}
-	}
-	if (g->copier && !g->copier_dev[dev]) {
-		g->copier_dev[dev] = !xi_copier_prepare(g->copier, dev);
-		if (!g->copier_dev[dev])
-			xwarn("GPU copy thread: no stream or events on device %d: the worker makes its staging copies", dev);
-	}
 }
 
 /* n bytes of a page-list ring at *off, the bytes taken (n and any end
@@ -1003,9 +872,6 @@ int xi_gpu_copy_pages(struct xi_gpu *g, const struct xi_gpu_pages *p)
 {
 	if (!p->npages || !p->page_len)
 		return 0;
-	int direct = go_direct(g);
-	if (direct)
-		return direct;
 	struct gpu_kernels *k = kernels_of(g, g->dev);
 	uint64_t per_page = (p->page_len + XI_PAGES_CHUNK - 1) / XI_PAGES_CHUNK, items = per_page * p->npages;
 	if (!k || items >> 31 || p->page_len >> 31)

@@ -23,10 +23,7 @@
  * A copy's end is seen in a word its stream writes after it
  * (cuStreamWriteValue32), read by the poll, the event then only catching
  * failures; XFER_GPU_DONE=event, or a driver without stream writes: by
- * querying its event. XFER_GPU_TRACE times every stage (gpu/gpu_trace.h).
- * XFER_GPU_COPIER=1: staging copies and landings of few pieces are made by a
- * copy thread of this engine's (gpu/gpu_copier.h) on its own stream; the
- * worker only hands them over and reads their results. */
+ * querying its event. XFER_GPU_TRACE times every stage (gpu/gpu_trace.h). */
 #ifndef XFER_GPU_COPY_H
 #define XFER_GPU_COPY_H
 
@@ -73,10 +70,6 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev);
 int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len);
 /* Device to (pinned) host memory: a staging copy the worker does not wait for. */
 int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len);
-/* Host to device out of a staged region's pinned mirror: a landing. This and
- * the one above are what the copy thread takes (XFER_GPU_COPIER=1, a copy
- * made of at most XI_COPIER_PIECES of them): then their CUDA calls are its. */
-int xi_gpu_copy_add_mirror(struct xi_gpu *g, uint64_t dst, const void *mirror, size_t len);
 /* Device to device, handed to the driver in batches (one call costs about
  * 1.2 us of this thread, which would cap 16 KiB pages near 6 GB/s). */
 int xi_gpu_copy_add_batched(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t len);

@@ -294,6 +294,7 @@ static CUresult f_host_alloc(void **p, size_t len, unsigned flags)
 	*p = aligned_alloc(64, (len + 63) & ~(size_t)63);
 	pthread_mutex_lock(&lock);
 	counts.host_allocs++;
+	counts.small_host_allocs += len < 4096;
 	pthread_mutex_unlock(&lock);
 	return *p ? 0 : 2;
 }
@@ -472,27 +473,10 @@ static CUresult f_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t len, CUstr
 	return enqueue(s, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
 }
 
-/* Whether the calling thread is the engine's GPU copy thread. */
-static bool on_copier(void)
-{
-	char name[16] = "";
-	pthread_getname_np(pthread_self(), name, sizeof(name));
-	return !strcmp(name, "xfer-gpu-copy");
-}
-
-static void count_staging(void)
-{
-	if (on_copier())
-		counts.copier_copies++;
-	else
-		counts.other_copies++;
-}
-
 static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t len, CUstream s)
 {
 	pthread_mutex_lock(&lock);
 	counts.htod++;
-	count_staging();
 	pthread_mutex_unlock(&lock);
 	return enqueue(s, (void *)(uintptr_t)dst, src, len);
 }
@@ -501,7 +485,6 @@ static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t len, CUstream s)
 {
 	pthread_mutex_lock(&lock);
 	counts.dtoh++;
-	count_staging();
 	pthread_mutex_unlock(&lock);
 	return enqueue(s, dst, (const void *)(uintptr_t)src, len);
 }

@@ -14,6 +14,7 @@
 
 struct fake_cuda_counts {
 	uint64_t host_allocs;    /* pinned allocations: mirrors, and one page-list ring per module load */
+	uint64_t small_host_allocs; /* ... of which below 4 KiB: the copy engine's copy-end words (1 KiB a device) */
 	uint64_t module_loads;   /* copy kernels loaded (at an engine's first staged GPU region) */
 	uint64_t dtoh;           /* staging copies out of device memory */
 	uint64_t htod;           /* copies into device memory (notices, IPC from host) */
@@ -27,10 +28,6 @@ struct fake_cuda_counts {
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 	uint64_t write_values; /* cuStreamWriteValue32 calls (copy-end words) */
 	uint64_t events_done;  /* event queries that found the work done */
-	/* Of htod and dtoh: the asynchronous ones made by the engine's GPU copy
-	 * thread (XFER_GPU_COPIER=1; the thread named "xfer-gpu-copy"), and
-	 * those made by any other thread. */
-	uint64_t copier_copies, other_copies;
 };
 
 /* Makes libxfer use the fake driver in this process (before any engine). */
