@@ -53,12 +53,13 @@
 #            scatter-staged with the default on shm and tcp            ~70 s
 #   stage7   the staged 64 KiB row of issue 14's stage7 task: XFER_BENCH_ONLY=
 #            staged on shm and tcp, STAGED_REPS (default 3) rounds of each
-#            variant of STAGE7_AB (NAME:VAR=v,VAR=v ...; default: default,
-#            XFER_GPU_STAGE_AHEAD=1, that with XFER_SPIN_US=1000), interleaved;
+#            variant of STAGE7_AB (NAME:VAR=v,VAR=v ...; default: default
+#            (early staging for ops of at most 256 KiB), XFER_GPU_STAGE_AHEAD=0
+#            (none, the old default), =1 (every op)), interleaved;
 #            row 0 traced (XFER_GPU_TRACE) on shm for the variants of
 #            STAGE7_TRACE; test_gpu staged/scatter-staged and
 #            test_gpu_signal staged on shm and tcp; the IPC single and
-#            paged rows once                                            ~70 s
+#            paged rows once                                            ~75 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -212,8 +213,8 @@ plan_lone() {
 	step test-signal-staged-tcp 20 env XFER_TEST_PROVIDER=tcp build/bin/test_gpu_signal staged
 }
 
-STAGE7_AB=${STAGE7_AB:-"default: ahead:XFER_GPU_STAGE_AHEAD=1 spin-ahead:XFER_SPIN_US=1000,XFER_GPU_STAGE_AHEAD=1"}
-STAGE7_TRACE=${STAGE7_TRACE:-"default ahead"}
+STAGE7_AB=${STAGE7_AB:-"default: none:XFER_GPU_STAGE_AHEAD=0 all:XFER_GPU_STAGE_AHEAD=1"}
+STAGE7_TRACE=${STAGE7_TRACE:-"default none"}
 plan_stage7() {
 	local r p v m t envs
 	for r in $(seq "${STAGED_REPS:-3}"); do

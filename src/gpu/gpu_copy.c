@@ -117,7 +117,7 @@ struct xi_gpu {
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
-	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
+	uint64_t stage_ahead; /* ops staging at most this many bytes start it behind a waiting FIFO head */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
 	 * its event) the stream writes a sequence number to a pinned host word,
 	 * which xi_gpu_poll reads instead of querying the event: a query that
@@ -176,7 +176,15 @@ struct xi_gpu *xi_gpu_create(void)
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
-	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
+	/* Early staging by default only for small ops: measured on an H200
+	 * (docs/performance.md, runs stage7-1..3), for every op it made staged
+	 * single 64 KiB writes 10-15 % faster on shm in each run, but 1 MiB
+	 * singles and 64 MiB paged writes slower (their copies then compete
+	 * with the transfer of the op before them). XFER_GPU_STAGE_AHEAD=1:
+	 * every op, =0: none. */
+	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1")   ? UINT64_MAX
+			 : env_is("XFER_GPU_STAGE_AHEAD", "0") ? 0
+							       : XI_GPU_STAGE_AHEAD_MAX;
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -787,9 +795,9 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 	return n;
 }
 
-bool xi_gpu_stage_ahead(const struct xi_gpu *g)
+uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g)
 {
-	return g && g->stage_ahead;
+	return g ? g->stage_ahead : 0;
 }
 
 uint32_t xi_gpu_pending(const struct xi_gpu *g)
