@@ -67,6 +67,15 @@
 #            XFER_GPU_TRACE (CSV) for every setting, 6 (single 64 KiB) by
 #            default, spinning and as before, and row 9 (single 256 MiB)
 #            by the tile kernel traced                                 ~90 s
+#   stage7   the staged 64 KiB row of issue 14's stage7 task: XFER_BENCH_ONLY=
+#            staged on shm and tcp, STAGED_REPS (default 3) rounds of each
+#            variant of STAGE7_AB (NAME:VAR=v,VAR=v ...; default: default
+#            (early staging for ops of at most 256 KiB), XFER_GPU_STAGE_AHEAD=0
+#            (none, the old default), =1 (every op)), interleaved;
+#            row 0 traced (XFER_GPU_TRACE) on shm for the variants of
+#            STAGE7_TRACE; test_gpu staged/scatter-staged and
+#            test_gpu_signal staged on shm and tcp; the IPC single and
+#            paged rows once                                            ~75 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -261,6 +270,35 @@ plan_percall() {
 		XFER_GPU_TRACE="$out/pc-trace-s256m-kernel.csv" $B
 }
 
+STAGE7_AB=${STAGE7_AB:-"default: none:XFER_GPU_STAGE_AHEAD=0 all:XFER_GPU_STAGE_AHEAD=1"}
+STAGE7_TRACE=${STAGE7_TRACE:-"default none"}
+plan_stage7() {
+	local r p v m t envs
+	for r in $(seq "${STAGED_REPS:-3}"); do
+		for p in shm tcp; do
+			for v in $STAGE7_AB; do
+				envs=${v#*:}
+				step s7-staged-$p-${v%%:*}-r$r 10 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+			done
+		done
+	done
+	for t in $STAGE7_TRACE; do
+		for v in $STAGE7_AB; do
+			[ "${v%%:*}" = "$t" ] || continue
+			envs=${v#*:}
+			step s7-trace64k-shm-$t 10 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=0 \
+				XFER_GPU_TRACE="$out/s7-trace64k-shm-$t.csv" $B
+		done
+	done
+	for p in shm tcp; do
+		for m in staged scatter-staged; do step s7-test-$m-$p 30 env XFER_TEST_PROVIDER=$p $T $m; done
+		step s7-test-signal-staged-$p 20 env XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
+	done
+	# This tree's defaults on the rows that do not stage (IPC), once each.
+	step s7-single 20 env XFER_BENCH_ONLY=single $B
+	step s7-paged 15 env XFER_BENCH_ONLY=paged $B
+}
+
 plan_full() {
 	step bench 20 $B
 	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
@@ -274,7 +312,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto percall full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto percall stage7 full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

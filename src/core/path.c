@@ -724,20 +724,45 @@ void xi_path_accept(struct worker *w, const struct sub *s)
 /* Ops behind a FIFO head that waits whose source staging may start now. */
 #define STAGE_AHEAD 32
 
+/* Whether op stages at most max bytes (stage_pieces copies them). */
+static bool stages_at_most(const struct op *op, uint64_t max)
+{
+	const struct sub *s = &op->s;
+	switch (s->kind) {
+	case SUB_WRITE:
+		return s->u.write.len <= max;
+	case SUB_PAGED:
+		return s->u.paged.page_len == 0 || s->u.paged.npages <= max / s->u.paged.page_len;
+	case SUB_SCATTER: {
+		uint64_t left = max;
+		for (uint32_t i = 0; i < s->u.scatter.n; i++) {
+			if (s->u.scatter.entries[i].len > left)
+				return false;
+			left -= s->u.scatter.entries[i].len;
+		}
+		return true;
+	}
+	default:
+		return true;
+	}
+}
+
 /* The head waits (for its source's staging copy, credit, ...): the staging
- * copies of the ops behind it start now, so that their copies overlap (and
- * share a launch, XFER_GPU_STAGE=kernel) instead of each op's copy starting
- * only once the op before it has left the FIFO. Their requests still go in
- * FIFO order. Restaging bytes an op before it still sends is harmless: a
- * source may not change until its write completes, so the bytes are the
- * same. XFER_GPU_STAGE_AHEAD=1 (off by default until measured). */
+ * copies of the ops behind it that stage at most xi_gpu_stage_ahead() bytes
+ * start now, so that their copies overlap (and share a launch,
+ * XFER_GPU_STAGE=kernel) instead of each op's copy starting only once the
+ * op before it has left the FIFO. Their requests still go in FIFO order.
+ * Restaging bytes an op before it still sends is harmless: a source may not
+ * change until its write completes, so the bytes are the same. */
 static void stage_ahead(struct worker *w, struct op *head)
 {
-	if (!xi_gpu_stage_ahead(w->gpu))
+	const uint64_t max = xi_gpu_stage_ahead(w->gpu);
+	if (!max)
 		return;
 	int k = 0;
 	for (struct op *op = head->next_post; op && k < STAGE_AHEAD; op = op->next_post, k++) {
-		if (!op->src_mirror || op->src_staged || op->src_staging || op->src_stage_failed)
+		if (!op->src_mirror || op->src_staged || op->src_staging || op->src_stage_failed ||
+		    !stages_at_most(op, max))
 			continue;
 		if (stage_source(w, op) == -EAGAIN && !op->src_staging)
 			break; /* no wr or the copies ring is full: later */

@@ -117,7 +117,7 @@ struct xi_gpu {
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
-	bool stage_ahead;  /* XFER_GPU_STAGE_AHEAD=1: staging of ops behind a waiting FIFO head starts early */
+	uint64_t stage_ahead; /* ops staging at most this many bytes start it behind a waiting FIFO head */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
 	 * its event) the stream writes a sequence number to a pinned host word,
 	 * which xi_gpu_poll reads instead of querying the event: a query that
@@ -178,7 +178,15 @@ struct xi_gpu *xi_gpu_create(void)
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
-	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1");
+	/* Early staging by default only for small ops: measured on an H200
+	 * (docs/performance.md, runs stage7-1..3), for every op it made staged
+	 * single 64 KiB writes 10-15 % faster on shm in each run, but 1 MiB
+	 * singles and 64 MiB paged writes slower (their copies then compete
+	 * with the transfer of the op before them). XFER_GPU_STAGE_AHEAD=1:
+	 * every op, =0: none. */
+	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1")   ? UINT64_MAX
+			 : env_is("XFER_GPU_STAGE_AHEAD", "0") ? 0
+							       : XI_GPU_STAGE_AHEAD_MAX;
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -211,7 +219,8 @@ static bool make_flags(struct xi_gpu *g, int dev);
  * each creation was a driver allocation on the way of one of the first 256
  * copies (run page7-3, H200: lone 64 KiB writes, call to completion p50
  * 12.6 us against 15.1 us with events made at first use), and the words'
- * pinned memory on the way of the first. Best effort: a slot left without
+ * pinned memory on the way of the first (run stage7-1: 1.0-1.3 ms of a
+ * target's first landing, inside whatever the application was timing). Best effort: a slot left without
  * its event makes it at first use, as before (XFER_GPU_EVENTS=lazy: always
  * so, for A/B runs). */
 static void make_ring(struct xi_gpu *g, int dev)
@@ -810,9 +819,9 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 	return n;
 }
 
-bool xi_gpu_stage_ahead(const struct xi_gpu *g)
+uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g)
 {
-	return g && g->stage_ahead;
+	return g ? g->stage_ahead : 0;
 }
 
 uint32_t xi_gpu_pending(const struct xi_gpu *g)
@@ -848,9 +857,13 @@ int xi_gpu_kernels_on(struct xi_gpu *g, int dev)
  * context. A target's first landing would then wait for the application's
  * kernel that spins on that landing's signal word: a deadlock. So the
  * stream, the copy kernels (fully loaded) and their page-list memory are
- * made when a GPU region is registered, before any kernel can wait on it. */
+ * made when a GPU region is registered, before any kernel can wait on it;
+ * so are the copy-end words and the copy ring's events, which otherwise cost
+ * the first copies of a device a millisecond (make_ring) and a
+ * cuEventCreate each, on the worker, in the middle of the traffic. */
 void xi_gpu_prepare(struct xi_gpu *g, int dev)
 {
+	/* stream_of makes the ring's events and words with the stream (make_ring). */
 	if (g && stream_of(g, dev))
 		(void)kernels_of(g, dev);
 }

@@ -38,6 +38,8 @@
 /* Contiguous copies up to this go by kernel: below it a launch shared by the
  * calls of a turn beats one copy-engine copy and event each. */
 #define XI_GPU_KERNEL_MAX_DEFAULT (16ull << 20)
+/* Ops staging at most this much start it early by default (gpu_copy.c). */
+#define XI_GPU_STAGE_AHEAD_MAX (256ull << 10)
 
 struct xi_gpu;
 
@@ -111,9 +113,11 @@ void xi_gpu_prepare(struct xi_gpu *g, int dev);
 
 /* Finished copies, oldest first, at most max; stops at the first running one. */
 int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);
-/* XFER_GPU_STAGE_AHEAD=1: the worker starts the source staging of ops
- * queued behind one that waits (core/path.c). */
-bool xi_gpu_stage_ahead(const struct xi_gpu *g);
+/* The most bytes an op may stage for the worker to start its source
+ * staging while it is still queued behind one that waits (core/path.c):
+ * XI_GPU_STAGE_AHEAD_MAX by default, XFER_GPU_STAGE_AHEAD=1 every op, =0
+ * none. */
+uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g);
 uint32_t xi_gpu_pending(const struct xi_gpu *g);
 /* Stop: copies still in flight are no longer reported. */
 void xi_gpu_forget(struct xi_gpu *g);

@@ -294,6 +294,7 @@ static CUresult f_host_alloc(void **p, size_t len, unsigned flags)
 	*p = aligned_alloc(64, (len + 63) & ~(size_t)63);
 	pthread_mutex_lock(&lock);
 	counts.host_allocs++;
+	counts.small_host_allocs += len < 4096;
 	pthread_mutex_unlock(&lock);
 	return *p ? 0 : 2;
 }

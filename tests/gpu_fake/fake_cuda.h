@@ -14,6 +14,7 @@
 
 struct fake_cuda_counts {
 	uint64_t host_allocs;    /* pinned allocations: mirrors, and one page-list ring per module load */
+	uint64_t small_host_allocs; /* ... of which below 4 KiB: the copy engine's copy-end words (1 KiB a device) */
 	uint64_t module_loads;   /* copy kernels loaded (at an engine's first staged GPU region) */
 	uint64_t dtoh;           /* staging copies out of device memory */
 	uint64_t htod;           /* copies into device memory (notices, IPC from host) */

@@ -925,6 +925,126 @@ static int notice_source(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------------ many writes */
+
+/* More writes than the engine has SEND bounce buffers (128), up to 16 in
+ * flight, each 4 KiB slice of its own with its immediate: staged, every
+ * notice's buffer must come back (a leak would hang the writer: one did in
+ * a switch of branch stage7, 24c7a95), and every byte and immediate lands
+ * once; through IPC the same with copies' notices. */
+#define MANY 300
+#define MANY_SLICE 4096u
+#define IMM_MANY 0x6f0
+
+static int many_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	struct wdst d = wdst_open(fd, (size_t)MANY * MANY_SLICE, 1);
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(d.e, IMM_MANY, MANY, &c));
+	t_send_desc(fd, d.mr);
+	CHECK_RC(t_wait_cqe(d.e, 30000).res, 0);
+	t_fill(d.want, (size_t)MANY * MANY_SLICE, 11);
+	CHECK(memcmp(d.gpu, d.want, (size_t)MANY * MANY_SLICE) == 0);
+	uint32_t extra = 99;
+	CHECK_OK(xfer_imm_disarm(d.e, IMM_MANY, &extra));
+	CHECK(extra == 0); /* nothing counted twice */
+	t_send_u64(fd, 1);
+	wdst_close(&d);
+	return 0;
+}
+
+static int many_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	struct wsrc ws = wsrc_open_len(fds[0], 11, (size_t)MANY * MANY_SLICE);
+	int inflight = 0;
+	for (uint32_t i = 0; i < MANY; i++) {
+		if (inflight == 16) {
+			CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+			inflight--;
+		}
+		struct xfer_write w = {.src = ws.mr, .src_off = (uint64_t)i * MANY_SLICE, .dst = ws.dst,
+				       .dst_off = (uint64_t)i * MANY_SLICE, .len = MANY_SLICE, .imm = IMM_MANY,
+				       .flags = XFER_F_IMM};
+		CHECK_OK(xfer_write(ws.e, &w, NULL));
+		inflight++;
+	}
+	for (; inflight; inflight--)
+		CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fds[0]) == 1);
+	struct fake_cuda_counts fc = fake_cuda_counts();
+	CHECK(staged ? fc.dtoh == MANY && fc.ipc_opens == 0 : fc.ipc_opens == 1);
+	CHECK(fc.syncs == 0); /* no landing or staging copy fell back to a synchronous one */
+	wsrc_close(&ws);
+	printf("write-many: %u %s writes of %u B verified\n", MANY, staged ? "staged" : "IPC", MANY_SLICE);
+	return 0;
+}
+
+/* ---------------------------------------------------- early staging */
+
+/* Staged writes queued behind one whose staging copy cannot finish (events
+ * held): by default the 4 of 64 KiB behind it start their staging at once
+ * (they stage at most XI_GPU_STAGE_AHEAD_MAX bytes), the one of 1 MiB
+ * waits for its turn; XFER_GPU_STAGE_AHEAD=1 (-all) starts it too, =0
+ * (-none) none. Each op stages once, and every byte and immediate lands. */
+#define EARLY_SMALL (64u << 10)
+#define EARLY_BIG (1u << 20)
+#define EARLY_LEN (2u << 20)
+#define IMM_EARLY 0x6e8
+static uint64_t early_want; /* staging copies started while the head is held */
+
+static int early_target(int idx, int fd, void *arg)
+{
+	(void)idx, (void)arg;
+	struct wdst d = wdst_open(fd, EARLY_LEN, 1);
+	struct xfer_completion c = {0};
+	CHECK_OK(xfer_expect_imm(d.e, IMM_EARLY, 6, &c));
+	t_send_desc(fd, d.mr);
+	CHECK_RC(t_wait_cqe(d.e, 30000).res, 0);
+	t_fill(d.want, EARLY_LEN, 13);
+	CHECK(memcmp(d.gpu, d.want, 5 * EARLY_SMALL) == 0);
+	CHECK(memcmp(d.gpu + EARLY_BIG, d.want + EARLY_BIG, EARLY_BIG) == 0);
+	t_send_u64(fd, 1);
+	wdst_close(&d);
+	return 0;
+}
+
+static int early_source(int n, const int *fds, void *arg)
+{
+	(void)n, (void)arg;
+	struct wsrc ws = wsrc_open_len(fds[0], 13, EARLY_LEN);
+	/* One write first, so that connections and mirrors are up. */
+	struct xfer_write w0 = {.src = ws.mr, .dst = ws.dst, .len = EARLY_SMALL, .imm = IMM_EARLY, .flags = XFER_F_IMM};
+	CHECK_OK(xfer_write(ws.e, &w0, NULL));
+	CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	uint64_t dtoh0 = fake_cuda_counts().dtoh;
+	fake_cuda_hold_events(1);
+	for (uint32_t i = 0; i < 5; i++) {
+		bool big = i == 4;
+		uint64_t off = big ? EARLY_BIG : (uint64_t)(i + 1) * EARLY_SMALL;
+		struct xfer_write w = {.src = ws.mr, .src_off = off, .dst = ws.dst, .dst_off = off,
+				       .len = big ? EARLY_BIG : EARLY_SMALL, .imm = IMM_EARLY, .flags = XFER_F_IMM};
+		CHECK_OK(xfer_write(ws.e, &w, NULL));
+	}
+	/* The head's copy, then those started early; then nothing more while
+	 * the head is held. */
+	uint64_t t0 = ms_now();
+	while (fake_cuda_counts().dtoh - dtoh0 < early_want && ms_now() - t0 < 10000)
+		usleep(1000);
+	usleep(50000);
+	CHECK(fake_cuda_counts().dtoh - dtoh0 == early_want);
+	fake_cuda_hold_events(0);
+	for (int i = 0; i < 5; i++)
+		CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
+	CHECK(t_recv_u64(fds[0]) == 1);
+	CHECK(fake_cuda_counts().dtoh - dtoh0 == 5); /* each op staged once */
+	wsrc_close(&ws);
+	printf("write-early: %llu staging copies started behind a held head, every op staged once\n",
+	       (unsigned long long)early_want);
+	return 0;
+}
+
 /* ------------------------------------------------------ announced copy */
 
 #define ALEN (32u << 20)
@@ -1020,6 +1140,18 @@ int main(int argc, char **argv)
 		return t_run_procs(1, ahead_target, ahead_source, NULL);
 	if (!strcmp(mode, "write-notice"))
 		return t_run_procs(1, notice_target, notice_source, NULL);
+	if (!strncmp(mode, "write-early", 11)) {
+		/* The head's own, and the 64 KiB ones behind it (default), or
+		 * also the 1 MiB one (-all), or none (-none). */
+		early_want = strstr(mode, "-all") ? 5 : strstr(mode, "-none") ? 1 : 4;
+		if (strstr(mode, "-all"))
+			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
+		if (strstr(mode, "-none"))
+			setenv("XFER_GPU_STAGE_AHEAD", "0", 1);
+		return t_run_procs(1, early_target, early_source, NULL);
+	}
+	if (!strncmp(mode, "write-many", 10))
+		return t_run_procs(1, many_target, many_source, NULL);
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
 	if (!strncmp(mode, "write-batch", 11)) {
