@@ -10,7 +10,6 @@
 
 #include "core/call.h"
 #include "core/cancel.h"
-#include "core/cq_batch.h"
 #include "core/deliver.h"
 #include "core/imm_counters.h"
 #include "core/liveness.h"
@@ -40,7 +39,6 @@ int xi_worker_setup(struct worker *w)
 	    (ret = xi_deliver_init(w)) || (ret = xi_hb_init(w)) || (ret = xi_rx_init(w)) ||
 	    (ret = xi_imm_table_init(&w->imm, w->e->attr.imm_slots)))
 		return ret;
-	xi_cq_batch_init(w); /* after xi_tx_init: it starts from the credits */
 	/* Only where the CUDA driver loads. */
 	w->gpu = xi_gpu_create();
 	/* Where threads yield their spins (few CPUs), the application's thread
@@ -120,23 +118,14 @@ static void tx_done(struct worker *w, struct wr *wr, int status)
 	}
 }
 
-/* Returns how many events, plus one per NIC whose read was deferred (work
- * still due: the worker must not doze meanwhile); *drained: every NIC was
- * read and returned fewer than a batch. now: the turn's start, where reads
- * may be deferred (core/cq_batch.h); 0 where every NIC must be read. */
-static int poll_nics(struct worker *w, uint64_t now, bool *drained)
+/* Returns how many events; *drained: every NIC returned fewer than a batch. */
+static int poll_nics(struct worker *w, bool *drained)
 {
 	xfer_engine_t *e = w->e;
 	struct nic_event ev[POLL_BATCH];
 	int total = 0;
 	*drained = true;
-	const bool waiting = w->cqb.n && xi_op_fifo_head(w) != NULL; /* only read with the switch on */
 	for (unsigned n = 0; n < e->nnics; n++) {
-		if (now && xi_cq_batch_defer(w, n, now, waiting)) {
-			*drained = false;
-			total++;
-			continue;
-		}
 		int got = e->ops.poll(&e->nics[n], ev, POLL_BATCH);
 		if (got < 0) {
 			xwarn("polling %s failed: %s", e->nics[n].domain, xfer_strerror(got));
@@ -158,7 +147,6 @@ static int poll_nics(struct worker *w, uint64_t now, bool *drained)
 				break;
 			}
 		}
-		xi_cq_batch_read(w, n);
 		total += got;
 		if (got == POLL_BATCH)
 			*drained = false;
@@ -304,7 +292,7 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 	 * answer's own answer is a round trip away. */
 	n += xi_rx_take_reposts(w);
 	bool drained;
-	n += poll_nics(w, now, &drained);
+	n += poll_nics(w, &drained);
 	/* Liveness verdicts wait for a drained queue: a PONG still queued here
 	 * is no miss (core/liveness.c). */
 	if (drained)
@@ -362,12 +350,12 @@ void xi_worker_quiesce(struct worker *w, int status)
 	uint64_t give_up = xi_now_ns() + 2000000000ull;
 	/* Goodbyes get a moment to leave (and shm a few polls to map peers). */
 	for (uint64_t until = xi_now_ns() + 300000000ull; xi_hb_goodbye(w) && xi_now_ns() < until;)
-		poll_nics(w, 0, &drained);
+		poll_nics(w, &drained);
 	for (uint64_t until = xi_now_ns() + 5000000ull; xi_now_ns() < until;)
-		poll_nics(w, 0, &drained);
+		poll_nics(w, &drained);
 	while (w->nlive && xi_now_ns() < give_up) {
 		xi_path_post_pending(w);
-		poll_nics(w, 0, &drained);
+		poll_nics(w, &drained);
 		poll_gpu(w);
 		if (xi_notice_waiting(w))
 			xi_notice_flush(w);

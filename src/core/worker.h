@@ -102,15 +102,6 @@ struct peer_hb {
 /* The send side (core/tx.c): every post takes a credit of its NIC and a
  * context; SENDs also a bounce buffer. Liveness probes have credits and
  * contexts of their own that data never takes. */
-/* core/cq_batch.h: per NIC, credits as of its last CQ read and as last seen,
- * and the turn that last saw a post. */
-struct cq_batch {
-	uint32_t n; /* XFER_CQ_BATCH; 0: every turn reads */
-	uint64_t idle_ns;
-	uint32_t read_credits[XFER_NIC_MAX], seen_credits[XFER_NIC_MAX];
-	uint64_t post_ns[XFER_NIC_MAX];
-};
-
 struct tx_state {
 	uint32_t credits[XFER_NIC_MAX];
 	uint32_t reserve; /* credits per NIC (and contexts per NIC) kept for probes */
@@ -137,7 +128,6 @@ struct worker {
 	uint32_t rr_nic;
 	/* core/tx.c */
 	struct tx_state tx;
-	struct cq_batch cqb;
 	/* core/rx.c */
 	struct wr *recv_wrs;
 	bool inbox_pushed;
