@@ -24,11 +24,12 @@ enum wr_kind {
 	WR_LANDING, /* a target's copy of a notice's ranges from its mirror to the GPU */
 };
 
-/* One posted request; the backend's context must come first. The context
- * the backend returns with a completion leads straight back to its op. */
 /* Notices merged into one at most (core/notice.c): a poll of the GPU's
  * copies reports at most this many. */
 #define XI_NOTICE_MERGE 32
+
+/* One posted request; the backend's context must come first. The context
+ * the backend returns with a completion leads straight back to its op. */
 
 struct wr {
 	_Alignas(16) unsigned char prov[NIC_CTX_BYTES];
