@@ -16,6 +16,7 @@
 #include "gpu/gpu_copy.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,13 +164,15 @@ struct xi_gpu *xi_gpu_create(void)
 	if (km && *km) {
 		char *end;
 		unsigned long long v = strtoull(km, &end, 0);
+		unsigned shift = 0;
 		if (*end == 'k' || *end == 'K')
-			v <<= 10;
+			shift = 10;
 		else if (*end == 'm' || *end == 'M')
-			v <<= 20;
+			shift = 20;
 		else if (*end == 'g' || *end == 'G') /* "1G" was 1 byte: every copy by the copy engine */
-			v <<= 30;
-		g->kernel_max = v;
+			shift = 30;
+		/* Beyond 64 bits: as large as it gets (every contiguous copy by kernel). */
+		g->kernel_max = v > (ULLONG_MAX >> shift) ? ULLONG_MAX : v << shift;
 	}
 	g->kb.dev = -1;
 	/* Off by default: measured on an H200 (docs/performance.md), random
