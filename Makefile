@@ -125,7 +125,7 @@ bench-multinic: build
 # the corpora in the repository (copied, so that new finds do not dirty the
 # tree).
 FUZZ_SECONDS ?= 60
-FUZZ_CC = clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
+FUZZ_CC = clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc
 fuzz:
 	mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-msg
 	cp tests/fuzz/corpus/* $(BUILD)/fuzz-corpus/
