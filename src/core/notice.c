@@ -287,6 +287,14 @@ void xi_notice_ahead(struct worker *w, const struct op *op, uint64_t bytes)
 	}
 }
 
+/* wr, which carried the data (or its copy), carries the notice next. */
+static void as_notice(struct wr *wr, bool staged)
+{
+	wr->kind = WR_NOTICE;
+	wr->staged = staged;
+	wr->sendbuf = UINT32_MAX;
+}
+
 void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 {
 	struct op *op = wr->op;
@@ -294,9 +302,7 @@ void xi_notice_landed(struct worker *w, struct wr *wr, bool staged)
 		xi_tx_wr_put(w, wr); /* copied in place, nothing to count */
 		return;
 	}
-	wr->kind = WR_NOTICE;
-	wr->staged = staged;
-	wr->sendbuf = UINT32_MAX;
+	as_notice(wr, staged);
 	op->notices++;
 	if (op->cut) {
 		notice_drop(w, wr, -ECANCELED);
@@ -349,9 +355,7 @@ void xi_notice_merge_flush(struct worker *w)
 	w->merge_count = 0;
 	int ret = -EAGAIN;
 	if (n > 1 && !w->notice_head) {
-		first->kind = WR_NOTICE;
-		first->staged = 0;
-		first->sendbuf = UINT32_MAX;
+		as_notice(first, false);
 		ret = notice_send(w, first, (uint32_t)total);
 	}
 	if (ret) {

@@ -30,7 +30,6 @@ enum wr_kind {
 
 /* One posted request; the backend's context must come first. The context
  * the backend returns with a completion leads straight back to its op. */
-
 struct wr {
 	_Alignas(16) unsigned char prov[NIC_CTX_BYTES];
 	struct op *op;

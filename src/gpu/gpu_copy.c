@@ -223,9 +223,9 @@ static bool make_flags(struct xi_gpu *g, int dev);
  * copies (run page7-3, H200: lone 64 KiB writes, call to completion p50
  * 12.6 us against 15.1 us with events made at first use), and the words'
  * pinned memory on the way of the first (run stage7-1: 1.0-1.3 ms of a
- * target's first landing, inside whatever the application was timing). Best effort: a slot left without
- * its event makes it at first use, as before (XFER_GPU_EVENTS=lazy: always
- * so, for A/B runs). */
+ * target's first landing, inside whatever the application was timing).
+ * Best effort: a slot left without its event makes it at first use, as
+ * before (XFER_GPU_EVENTS=lazy: always so, for A/B runs). */
 static void make_ring(struct xi_gpu *g, int dev)
 {
 	if (g->done_flag)
