@@ -77,7 +77,9 @@
 # issue's ratios side by side) and host-logs.tgz (every log and JSON).
 # XFER_HOST_SECONDS and XFER_HOST_ROUNDS override 0.4 and 3; the whole
 # script stops starting steps after XFER_HOST_BUDGET_S (default 120; 230 for
-# reps) and cuts each step's timeout to what is left of it.
+# reps) and cuts each step's timeout to what is left of it; XFER_HOST_STEP_S
+# (default 60) is the limit of one xfer-bench run of the pp/vs/reps/left plans
+# (long rounds over many rows need more).
 set -uo pipefail
 out=${1:?usage: scripts/device-host.sh OUT_DIR [full|left|pp|reps|vs|sys] [BUILD [OLD_BUILD [AB_BUILD]]]}
 shift
@@ -153,7 +155,7 @@ rows_of() {
 	local prov=${name%%-*} mode=${name#*-}
 	mode=${mode%-*} # PROV-MODE-PART: the part (pp, tp2, ...) is not the label's
 	[ "$ev" = - ] && ev=XFER_HOST_PLAN=$plan
-	step "$name" 60 env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
+	step "$name" "${XFER_HOST_STEP_S:-60}" env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
 		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
 	labels+=("$prov/$mode=$out/$name.log")
 }
