@@ -45,14 +45,20 @@ static int spin_for(xfer_engine_t *e, uint64_t end, int (*try)(void *), void *ar
 {
 	int n;
 	const bool pause = xi_spin_pauses();
+	const bool yields = e->drive_ok && xi_spin_yields();
 	for (unsigned spins = 0; (n = try(arg)) == 0; spins++) {
 		/* The clock is cheap (vDSO) but not free: look every 64 polls. */
 		if ((spins & 63) == 0 && xi_now_ns() >= end)
 			return -ETIMEDOUT;
 		/* busy_poll 2: run the worker's turn here when it is ours
 		 * (core/drive.c); what it completes is looked for at once. */
-		if (e->drive_ok && xi_drive_turn(e))
+		if (e->drive_ok && xi_drive_turn(e)) {
+			/* Few CPUs (2-4): both processes' waiting threads may share
+			 * one; a thread that never yields holds it a time slice. */
+			if (yields)
+				sched_yield();
 			continue;
+		}
 		if (pause)
 			xi_cpu_relax();
 	}
