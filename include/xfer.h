@@ -93,7 +93,10 @@ struct xfer_attr {
 	/* 1: busy-poll completion mode. The worker never sleeps or yields, and
 	 * xfer_cq_wait / xfer_recv_wait spin on the queue until their deadline
 	 * instead of sleeping on a futex: two cores kept busy per engine for the
-	 * shortest hand-off. 0 (default): spin briefly, then sleep. */
+	 * shortest hand-off. 2: busy-poll, and a thread waiting in
+	 * xfer_cq_wait / xfer_recv_wait runs the worker's turns itself (posting
+	 * what was submitted, reaping what completes) while the worker thread
+	 * stands by (docs/config.md). 0 (default): spin briefly, then sleep. */
 	uint32_t busy_poll;
 	uint64_t timeout_ms;   /* default deadline of waits and operations */
 	int log_level;         /* enum xfer_log_level; process-wide, set at creation */

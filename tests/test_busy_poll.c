@@ -34,7 +34,7 @@ int main(void)
 	struct xfer_attr a;
 	xfer_engine_t *e = NULL;
 	t_attr(&a);
-	a.busy_poll = 2;
+	a.busy_poll = 3;
 	CHECK_RC(xfer_engine_create(&a, &e), -EINVAL);
 
 	/* The default mode sleeps when idle; busy-poll never does. */

@@ -36,7 +36,7 @@ struct bench_opts {
 	bool verify, json, trace, raw_transmit, verbose;
 	bool raw_unpinned; /* --raw-pin off */
 	bool cpu_pin;      /* --cpu-pin on: see bench_layout */
-	bool busy_poll;    /* --busy-poll on: the engines' busy-poll completion mode */
+	unsigned busy_poll; /* --busy-poll: the engines' busy_poll (on: 1, or XFER_BUSY_POLL's 2; drive: 2) */
 	bool busy_poll_set; /* --busy-poll given: else XFER_BUSY_POLL decides */
 	uint32_t telemetry; /* --telemetry: enum bench_telemetry, or TEL_BOTH */
 	const char *plot;

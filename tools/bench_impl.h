@@ -13,7 +13,7 @@ struct xside;
 /* worker_cpu: -1 unpinned; busy_poll: -1 keeps XFER_BUSY_POLL's choice. */
 int xside_open(struct xside **out, const char *provider, const char *nics, int worker_cpu, int busy_poll);
 /* Whether the engine runs in busy-poll completion mode. */
-bool xside_busy_poll(const struct xside *x);
+unsigned xside_busy_poll(const struct xside *x); /* the engine's busy_poll: 0, 1, 2 */
 int xside_connect(struct xside *x, struct ctl *ctl);
 const char *xside_provider(const struct xside *x);
 const char *xside_nic(const struct xside *x, unsigned i);

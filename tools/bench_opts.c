@@ -41,8 +41,10 @@ void opts_usage(FILE *f)
 		"  --cpu-pin on|off        pin each side's application thread where its raw\n"
 		"                          loop runs and its engine's worker to a core of its\n"
 		"                          own (needs 4 CPUs; default off)\n"
-		"  --busy-poll on|off      engines in busy-poll completion mode (XFER_BUSY_POLL;\n"
-		"                          default: the environment's, else off)\n"
+		"  --busy-poll on|off|drive engines in busy-poll completion mode (XFER_BUSY_POLL;\n"
+		"                          default: the environment's, else off); on: mode 1,\n"
+		"                          or 2 where XFER_BUSY_POLL=2; drive: mode 2 (the\n"
+		"                          waiting thread runs the worker's turns)\n"
 		"  --verify                the target checks every byte after each row\n"
 		"  --no-trace              do not collect the host-proxy overhead trace\n"
 		"  --telemetry on|off|both per-peer/NIC counters and latency histograms on\n"
@@ -200,8 +202,12 @@ int opts_parse(int argc, char **argv, struct bench_opts *o)
 			bad = strcmp(v, "on") && strcmp(v, "off");
 			o->cpu_pin = !strcmp(v, "on");
 		} else if (!strcmp(a, "--busy-poll")) {
-			bad = strcmp(v, "on") && strcmp(v, "off");
-			o->busy_poll = !strcmp(v, "on");
+			bad = strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "drive");
+			/* on: busy-poll, in the mode XFER_BUSY_POLL names when it
+			 * names one (2: the waiting thread drives progress), else 1. */
+			const char *env = getenv("XFER_BUSY_POLL");
+			unsigned mode = env && (!strcmp(env, "1") || !strcmp(env, "2")) ? (unsigned)(env[0] - '0') : 1;
+			o->busy_poll = !strcmp(v, "drive") ? 2 : !strcmp(v, "on") ? mode : 0;
 			o->busy_poll_set = true;
 		} else if (!strcmp(a, "--raw-completion")) {
 			bad = strcmp(v, "match") && strcmp(v, "transmit");

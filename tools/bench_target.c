@@ -35,7 +35,7 @@ int target_main(const struct bench_opts *o, struct ctl *ctl)
 	struct rside *r = NULL;
 	/* Our own --cpu-pin/--busy-poll win, as the provider does. */
 	int worker_cpu = o->cpu_pin || h.cpu_pin ? bench_layout(PIN_TARGET, o->listen != NULL) : -1;
-	int busy = o->busy_poll_set ? o->busy_poll : h.busy_poll;
+	int busy = o->busy_poll_set ? (int)o->busy_poll : h.busy_poll;
 	ret = xside_open(&x, provider, nics, worker_cpu, busy);
 	struct ctl_hello reply = {.magic = CTL_MAGIC, .version = CTL_VERSION, .status = ret};
 	if (!ret)

@@ -20,7 +20,7 @@
 struct xside {
 	xfer_engine_t *e;
 	xfer_peer_t peer;
-	bool busy_poll;
+	unsigned busy_poll;
 };
 
 int xside_open(struct xside **out, const char *provider, const char *nics, int worker_cpu, int busy_poll)
@@ -36,7 +36,7 @@ int xside_open(struct xside **out, const char *provider, const char *nics, int w
 		a.worker_cpu = worker_cpu;
 	if (busy_poll >= 0)
 		a.busy_poll = (uint32_t)busy_poll;
-	x->busy_poll = a.busy_poll != 0;
+	x->busy_poll = a.busy_poll;
 	int ret = xfer_engine_create(&a, &x->e);
 	if (ret) {
 		free(x);
@@ -63,7 +63,7 @@ int xside_connect(struct xside *x, struct ctl *ctl)
 	return ret;
 }
 
-bool xside_busy_poll(const struct xside *x)
+unsigned xside_busy_poll(const struct xside *x)
 {
 	return x->busy_poll;
 }

@@ -240,14 +240,14 @@ static int open_session(struct session *s)
 	struct ctl_hello h = {.magic = CTL_MAGIC, .version = CTL_VERSION,
 			      .impls = (1u << IMPL_XFER) | o->baselines,
 			      .raw_transmit = o->raw_transmit, .raw_pin = !o->raw_unpinned,
-			      .cpu_pin = o->cpu_pin, .busy_poll = o->busy_poll_set ? o->busy_poll : -1};
+			      .cpu_pin = o->cpu_pin, .busy_poll = o->busy_poll_set ? (int)o->busy_poll : -1};
 	snprintf(h.provider, sizeof(h.provider), "%s", provider);
 	snprintf(h.nics, sizeof(h.nics), "%s", nics ? nics : "");
 	int ret = ctl_send(s->ctl, MSG_HELLO, &h, sizeof(h));
 	if (ret)
 		return ret;
 	int worker_cpu = o->cpu_pin ? bench_layout(PIN_INITIATOR, true) : -1;
-	int lret = xside_open(&s->x, provider, nics, worker_cpu, o->busy_poll_set ? o->busy_poll : -1);
+	int lret = xside_open(&s->x, provider, nics, worker_cpu, o->busy_poll_set ? (int)o->busy_poll : -1);
 	struct ctl_hello th;
 	ret = ctl_expect(s->ctl, MSG_HELLO, &th, sizeof(th), NULL, 60000);
 	if (lret) {
@@ -308,7 +308,8 @@ static int initiator(const struct bench_opts *o, struct ctl *ctl, const char *ho
 	snprintf(completion, sizeof(completion), "xfer %s, raw %s; xfer waits: %s; threads %s",
 		 xside_delivery_complete(s.x) ? "delivery-complete" : "provider default",
 		 s.r ? rside_completion(s.r) : "-",
-		 xside_busy_poll(s.x) ? "busy-poll" : "spin, then sleep (default)",
+		 xside_busy_poll(s.x) == 2 ? "busy-poll, the waiting thread drives"
+		 : xside_busy_poll(s.x) ? "busy-poll" : "spin, then sleep (default)",
 		 o->cpu_pin ? "laid out by --cpu-pin" : "unpinned (raw loop pinned)");
 	report_begin(&s.rep, o, xside_provider(s.x), nics, completion);
 	s.rep.busy_poll = xside_busy_poll(s.x);

@@ -109,7 +109,7 @@ ATTR_RANGES: Dict[str, Tuple[int, int]] = {
     "imm_slots": (0, U32_MAX),
     "max_regions": (0, U32_MAX),
     "spin_us": (0, U32_MAX),
-    "busy_poll": (0, 1),
+    "busy_poll": (0, 2),
     "timeout_ms": (0, U64_MAX),
     "log_level": (-(1 << 31), (1 << 31) - 1),
     "heartbeat_ms": (0, U32_MAX),

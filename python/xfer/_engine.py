@@ -146,7 +146,8 @@ class Engine:
     -1 unpinned, or ``"auto"``/``xfer.CPU_AUTO``: near the first NIC),
     ``submit_depth``, ``max_ops``, ``recv_count``, ``msg_max``, ``imm_slots``,
     ``max_regions``, ``spin_us``, ``busy_poll`` (1: the worker and the waits
-    spin instead of sleeping, docs/config.md), ``timeout_ms`` (default deadline of operations),
+    spin instead of sleeping; 2: also the waiting thread runs the worker's turns,
+    docs/config.md), ``timeout_ms`` (default deadline of operations),
     ``log_level``, ``heartbeat_ms``, ``heartbeat_misses``.
 
     Python-side options:

@@ -7,6 +7,7 @@
 
 #include "core/call.h"
 #include "core/deliver.h"
+#include "core/drive.h"
 #include "util/sys.h"
 #include "wire/msg.h"
 
@@ -40,14 +41,24 @@ int xfer_cq_poll(xfer_engine_t *e, struct xfer_cqe *cqes, int max)
 /* Busy-poll mode: spins on the queue itself until the deadline, never
  * sleeping, so that the worker's push is seen one cache-line transfer
  * later instead of after a futex wake-up (or a sched_yield) on our side. */
-static int spin_for(uint64_t end, int (*try)(void *), void *arg)
+static int spin_for(xfer_engine_t *e, uint64_t end, int (*try)(void *), void *arg)
 {
 	int n;
 	const bool pause = xi_spin_pauses();
+	const bool yields = e->drive_ok && xi_spin_yields();
 	for (unsigned spins = 0; (n = try(arg)) == 0; spins++) {
 		/* The clock is cheap (vDSO) but not free: look every 64 polls. */
 		if ((spins & 63) == 0 && xi_now_ns() >= end)
 			return -ETIMEDOUT;
+		/* busy_poll 2: run the worker's turn here when it is ours
+		 * (core/drive.c); what it completes is looked for at once. */
+		if (e->drive_ok && xi_drive_turn(e)) {
+			/* Few CPUs (2-4): both processes' waiting threads may share
+			 * one; a thread that never yields holds it a time slice. */
+			if (yields)
+				sched_yield();
+			continue;
+		}
 		if (pause)
 			xi_cpu_relax();
 	}
@@ -65,13 +76,13 @@ static bool gpu_moving(const xfer_engine_t *e, uint64_t now)
 /* Waits on `seq` until try() yields something or the timeout passes;
  * gpu: what it waits for may be a GPU copy's completion (the CQ, not
  * received messages). */
-static int wait_for(const xfer_engine_t *e, atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
+static int wait_for(xfer_engine_t *e, atomic_uint *seq, atomic_uint *waiters, uint64_t timeout_ms,
 		    bool gpu, int (*try)(void *), void *arg)
 {
 	uint64_t start = xi_now_ns();
 	uint64_t end = timeout_ms > UINT64_MAX / 2000000ull ? UINT64_MAX : start + timeout_ms * 1000000ull;
 	if (e->attr.busy_poll)
-		return spin_for(end, try, arg);
+		return spin_for(e, end, try, arg);
 	uint64_t spin_ns = (uint64_t)e->attr.spin_us * 1000;
 	if (spin_ns < WAIT_SPIN_MIN_NS)
 		spin_ns = WAIT_SPIN_MIN_NS;

@@ -28,7 +28,7 @@ static int validate_attr(const struct xfer_attr *a)
 		return -EINVAL;
 	if (!a->imm_slots || a->imm_slots > (1u << 22) || !a->max_regions)
 		return -EINVAL;
-	if (a->busy_poll > 1) /* room for modes later */
+	if (a->busy_poll > 2) /* room for modes later */
 		return -EINVAL;
 	return 0;
 }

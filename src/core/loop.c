@@ -41,6 +41,7 @@ int xi_worker_setup(struct worker *w)
 		return ret;
 	/* Only where the CUDA driver loads. */
 	w->gpu = xi_gpu_create();
+	w->e->drive_ok = w->e->attr.busy_poll == 2;
 	/* Where threads yield their spins (few CPUs), the application's thread
 	 * may need this very CPU to answer: watching would only delay it. */
 	w->reply_watch_ns = w->e->attr.busy_poll && !xi_spin_yields() ? REPLY_WATCH_NS : 0;
@@ -278,7 +279,9 @@ static int await_reply(struct worker *w)
 	}
 }
 
-int xi_worker_loop_once(struct worker *w, uint64_t now)
+/* watch: the reply watch may run (not in a turn of the application's own
+ * thread, whose answer comes only after the turn returns). */
+static int turn(struct worker *w, uint64_t now, bool watch)
 {
 	int n = 0;
 	if (xi_deliver_backlog(w))
@@ -314,9 +317,19 @@ int xi_worker_loop_once(struct worker *w, uint64_t now)
 	if (w->gpu)
 		publish_gpu(w, now, copied);
 	wake_app(w);
-	if (reply_due && w->reply_watch_ns)
+	if (watch && reply_due && w->reply_watch_ns)
 		n += await_reply(w);
 	return n;
+}
+
+int xi_worker_loop_once(struct worker *w, uint64_t now)
+{
+	return turn(w, now, true);
+}
+
+int xi_worker_loop_driven(struct worker *w, uint64_t now)
+{
+	return turn(w, now, false);
 }
 
 bool xi_worker_copying(const struct worker *w, uint64_t now)

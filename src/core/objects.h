@@ -207,6 +207,7 @@ struct xfer_engine {
 	uint8_t *recv_bufs, *send_bufs;
 	uint32_t recv_slots; /* recv_count * nnics */
 	uint32_t slot_bytes; /* msg_max + header */
+	bool drive_ok; /* busy_poll 2 and the worker may hand its turns over (core/drive.c) */
 
 	/* The control path (serialized by ctl_lock, run on the worker). */
 	pthread_mutex_t ctl_lock;
@@ -238,6 +239,11 @@ struct xfer_engine {
 	 * rather than sleeps while they move (api/completions.c). */
 	_Alignas(64) atomic_uint gpu_busy;
 	atomic_uint_fast64_t gpu_moved_ns;
+	/* Who runs the worker's turns (busy_poll 2, core/drive.c), and when a
+	 * waiting application thread last ran one: written when the turns
+	 * change hands and by each turn of an application thread. */
+	_Alignas(64) atomic_uint drive;
+	atomic_uint_fast64_t drive_last_ns;
 	/* Written by the worker only (xi_stat_own_add). */
 	_Alignas(64) struct {
 		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
@@ -253,6 +259,8 @@ _Static_assert(XI_LINE(ops_submitted) != XI_LINE(st.ops_completed),
 _Static_assert(XI_LINE(stopping) != XI_LINE(worker_sleeping), "stopping false-shares with the sleep flag");
 _Static_assert(XI_LINE(gpu_busy) != XI_LINE(cq_seq) && XI_LINE(gpu_busy) != XI_LINE(st.ops_completed),
 	       "the GPU copy count false-shares with a wait's line or the worker's counters");
+_Static_assert(XI_LINE(drive) != XI_LINE(gpu_busy) && XI_LINE(drive) != XI_LINE(st.ops_completed),
+	       "the drive word false-shares with the worker's lines");
 #undef XI_LINE
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/bringup.h"
+#include "core/drive.h"
 #include "core/loop.h"
 #include "core/worker.h"
 #include "gpu/gpu_copy.h"
@@ -130,7 +131,12 @@ static void *worker_main_impl(struct worker_start *st)
 	const uint64_t spin_ns = (uint64_t)e->attr.spin_us * 1000;
 	const bool yields = xi_spin_yields();
 	uint64_t idle_since = xi_now_ns();
+	const bool drive = e->drive_ok;
 	while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
+		/* busy_poll 2: a waiting application thread may ask for the
+		 * turns (core/drive.c); parked until they come back. */
+		if (drive)
+			xi_drive_worker(w);
 		uint64_t now = xi_now_ns();
 		if (xi_worker_loop_once(w, now)) {
 			idle_since = now;

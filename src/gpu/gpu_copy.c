@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,7 +90,11 @@ struct gpu_kernels {
 
 struct xi_gpu {
 	const struct cuda_api *c;
-	int cur_dev; /* device whose context is current on this thread, -1 none */
+	int cur_dev; /* device whose context is current on cur_thread, -1 none */
+	/* The thread that made it current: a turn may run on a waiting
+	 * application thread (busy_poll 2, core/drive.c), whose context is
+	 * set again before it touches the GPU. */
+	pthread_t cur_thread;
 	CUstream stream[XI_GPU_DEVS];
 	CUevent events[XI_GPU_DEVS][XI_GPU_RING];
 	/* Copies in flight, oldest first, each with its event. */
@@ -207,11 +212,14 @@ struct xi_gpu *xi_gpu_create(void)
 
 static int use_dev(struct xi_gpu *g, int dev)
 {
-	if (g->cur_dev == dev)
+	pthread_t self = pthread_self();
+	if (g->cur_dev == dev && pthread_equal(g->cur_thread, self))
 		return 0;
 	int ret = xi_cuda_use_device(dev);
-	if (!ret)
+	if (!ret) {
 		g->cur_dev = dev;
+		g->cur_thread = self;
+	}
 	return ret;
 }
 
@@ -825,6 +833,11 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g)
 {
 	return g ? g->stage_ahead : 0;
+}
+
+bool xi_gpu_bound(const struct xi_gpu *g)
+{
+	return g && g->cur_dev >= 0;
 }
 
 uint32_t xi_gpu_pending(const struct xi_gpu *g)
