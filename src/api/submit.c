@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/call.h"
+#include "core/drive.h"
 #include "core/imm_counters.h"
 #include "core/op.h"
 #include "core/path.h"
@@ -151,6 +152,10 @@ static int submit(xfer_engine_t *e, struct sub *s)
 	}
 	atomic_fetch_add_explicit(&e->ops_submitted, 1, memory_order_relaxed);
 	xi_engine_kick(e);
+	/* busy_poll 2 with the turns the application's (core/drive.c): post it
+	 * now, from this thread; XFER_DRIVE_POST=0 leaves it to the next wait. */
+	if (e->drive_ok && e->drive_post)
+		xi_drive_post(e);
 	return 0;
 }
 

@@ -13,6 +13,14 @@
  * after this. */
 #define DRIVE_HOLD_NS 20000ull
 
+static bool run_turn(xfer_engine_t *e, unsigned st);
+
+bool xi_drive_post(xfer_engine_t *e)
+{
+	unsigned st = atomic_load_explicit(&e->drive, memory_order_relaxed);
+	return st == DRIVE_APP && run_turn(e, st);
+}
+
 bool xi_drive_turn(xfer_engine_t *e)
 {
 	if (!e->drive_ok)
@@ -28,6 +36,12 @@ bool xi_drive_turn(xfer_engine_t *e)
 	}
 	if (st != DRIVE_APP)
 		return false; /* not granted yet, or another thread's turn */
+	return run_turn(e, st);
+}
+
+/* st: DRIVE_APP as last read. */
+static bool run_turn(xfer_engine_t *e, unsigned st)
+{
 	if (!atomic_compare_exchange_strong_explicit(&e->drive, &st, DRIVE_TURN, memory_order_acquire,
 						     memory_order_relaxed))
 		return false;

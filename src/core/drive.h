@@ -35,6 +35,11 @@ struct worker;
  * ours (asking for them first if they are not). Returns true if it ran
  * one. */
 bool xi_drive_turn(xfer_engine_t *e);
+/* Application side, right after a submission: runs one turn only if the
+ * turns are already the application's (never asks for them), so that the
+ * submission is posted by the thread that made it instead of waiting for
+ * the next wait's first turn. */
+bool xi_drive_post(xfer_engine_t *e);
 /* Worker side, between its turns: grants a request and stays parked until
  * it takes the turns back. */
 void xi_drive_worker(struct worker *w);

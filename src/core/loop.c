@@ -42,6 +42,9 @@ int xi_worker_setup(struct worker *w)
 	/* Only where the CUDA driver loads. */
 	w->gpu = xi_gpu_create();
 	w->e->drive_ok = w->e->attr.busy_poll == 2;
+	/* XFER_DRIVE_POST=0: a submission waits for the next wait's turn (A/B). */
+	const char *dp = getenv("XFER_DRIVE_POST");
+	w->e->drive_post = !(dp && !strcmp(dp, "0"));
 	/* Where threads yield their spins (few CPUs), the application's thread
 	 * may need this very CPU to answer: watching would only delay it. */
 	w->reply_watch_ns = w->e->attr.busy_poll && !xi_spin_yields() ? REPLY_WATCH_NS : 0;

@@ -208,6 +208,7 @@ struct xfer_engine {
 	uint32_t recv_slots; /* recv_count * nnics */
 	uint32_t slot_bytes; /* msg_max + header */
 	bool drive_ok; /* busy_poll 2 and the worker may hand its turns over (core/drive.c) */
+	bool drive_post; /* ... and a submission runs a turn when the turns are the application's */
 
 	/* The control path (serialized by ctl_lock, run on the worker). */
 	pthread_mutex_t ctl_lock;
