@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 const char *t_provider(void)
@@ -303,4 +304,28 @@ int t_run_isolated(int (*fn)(void))
 		return WEXITSTATUS(status);
 	fprintf(stderr, "isolated run died (status 0x%x)\n", status);
 	return 1;
+}
+
+uint64_t t_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void t_check_wait_deadlines(xfer_engine_t *e)
+{
+	struct xfer_cqe c[4];
+	uint8_t buf[64];
+	uint64_t t0 = t_now_ms();
+	CHECK_RC(xfer_cq_wait(e, c, 4, 50), -ETIMEDOUT);
+	uint64_t took = t_now_ms() - t0;
+	CHECK(took >= 50 && took < 2000);
+	t0 = t_now_ms();
+	CHECK_RC(xfer_recv_wait(e, buf, sizeof(buf), NULL, 50), -ETIMEDOUT);
+	took = t_now_ms() - t0;
+	CHECK(took >= 50 && took < 2000);
+	t0 = t_now_ms();
+	CHECK_RC(xfer_cq_wait(e, c, 4, 0), -ETIMEDOUT);
+	CHECK(t_now_ms() - t0 < 1000);
 }

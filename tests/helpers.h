@@ -82,6 +82,14 @@ void t_sync_worker(xfer_engine_t *e);
 /* Waits for one completion; fails the test after timeout_ms (scaled). */
 struct xfer_cqe t_wait_cqe(xfer_engine_t *e, uint64_t timeout_ms);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t t_now_ms(void);
+
+/* A busy-poll engine's waits (modes 1 and 2) with nothing to find: a 50 ms
+ * xfer_cq_wait and xfer_recv_wait end at their deadline (not before, and
+ * not seconds late), and a zero timeout looks once. */
+void t_check_wait_deadlines(xfer_engine_t *e);
+
 /* Deterministic bytes: byte i of a stream seeded by `seed`. */
 void t_fill(void *buf, size_t len, uint64_t seed);
 uint64_t t_rand(uint64_t *state);

@@ -7,17 +7,9 @@
  * one fails at once with -EBUSY, and with a completion queue of two entries
  * the worker soon stops taking submissions, so the queue fills. */
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "helpers.h"
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 #define DEPTH 4097u
 #define MAX_ACCEPT (4u * DEPTH + 64u)
@@ -38,8 +30,8 @@ int main(void)
 		if (rc == -EAGAIN) {
 			/* Full for 200 ms: the worker has stopped taking work. */
 			if (!again_since)
-				again_since = now_ms();
-			else if (now_ms() - again_since > 200)
+				again_since = t_now_ms();
+			else if (t_now_ms() - again_since > 200)
 				break;
 			usleep(1000);
 			continue;
