@@ -17,7 +17,11 @@
  * with no hand-off at all. The parked worker takes its turns back
  * (DRIVE_APP -> DRIVE_WORKER) once no application turn ran for
  * DRIVE_HOLD_NS, at stop, or when the engine's GPU object gets bound to a
- * thread (its first CUDA use); it reads the word only every quarter of
+ * thread (its first CUDA use). A window of operations in flight (more than
+ * two live) is the worker's too: an application turn that ends with one
+ * gives the turns back, and the worker grants none while more than one is
+ * live, so that a stream of writes is posted from the worker's core while
+ * the application reaps (busy_poll 1's split). It reads the word only every quarter of
  * the hold, so that an application turn's two writes seldom find the line
  * away. Every change of hands is an acquire/release pair on e->drive. */
 #ifndef XFER_CORE_DRIVE_H

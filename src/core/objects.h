@@ -245,6 +245,12 @@ struct xfer_engine {
 	 * change hands and by each turn of an application thread. */
 	_Alignas(64) atomic_uint drive;
 	atomic_uint_fast64_t drive_last_ns;
+	/* Set by an application turn that gives the turns back while the
+	 * worker is parked: read by the parked worker on every look (a line
+	 * nobody writes in a ping-pong, so its reads cost nothing), it ends
+	 * the park at once instead of at the next quarter-hold look at
+	 * e->drive. */
+	_Alignas(64) atomic_bool drive_back;
 	/* Written by the worker only (xi_stat_own_add). */
 	_Alignas(64) struct {
 		atomic_uint_fast64_t ops_completed, ops_failed, wrs_posted, bytes_written, imms_received,
@@ -262,6 +268,7 @@ _Static_assert(XI_LINE(gpu_busy) != XI_LINE(cq_seq) && XI_LINE(gpu_busy) != XI_L
 	       "the GPU copy count false-shares with a wait's line or the worker's counters");
 _Static_assert(XI_LINE(drive) != XI_LINE(gpu_busy) && XI_LINE(drive) != XI_LINE(st.ops_completed),
 	       "the drive word false-shares with the worker's lines");
+_Static_assert(XI_LINE(drive_back) != XI_LINE(drive), "the give-back flag false-shares with the drive word");
 #undef XI_LINE
 
 #endif
