@@ -4,8 +4,14 @@
 // mirror to the GPU before the immediates count) against the same transfer
 // between host regions, same provider (XFER_TEST_PROVIDER, default tcp on
 // lo), same two processes, same run. Single writes 64 KiB / 1 MiB / 16 MiB
-// and paged writes 1,024 x 4 / 16 / 64 KiB (random permutations), `calls`
+// and paged writes 1,024 x 4 / 16 / 64 KiB (random permutations), up to 16
 // writes in flight; every row's bytes verified at the target.
+// XFER_BENCH_STAGED_MS (default 100): each variant of a row (host, then GPU)
+// keeps writing until it has run at least this long and made at least its
+// minimum of calls (about 256 MiB, 8..256 calls): with only 256 calls of
+// 64 KiB a row lasted 1-5 ms, and the host side of one row moved 3.9-14.8
+// GB/s between rounds (stage8), so a ratio was one round's noise wide.
+// 0: the fixed minimum alone, as before.
 #include <algorithm>
 #include <time.h>
 #include <vector>
@@ -32,6 +38,12 @@ bool row_paged(int r) { return r >= NSINGLE; }
 size_t row_bytes(int r) { return row_paged(r) ? (size_t)page_sizes[r - NSINGLE] * npages : single_sizes[r]; }
 // About 256 MiB a row, 8..256 calls, at most 16 in flight.
 int row_calls(int r) { return (int)std::min<size_t>(256, std::max<size_t>(8, (256u << 20) / row_bytes(r))); }
+
+double row_min_s()
+{
+	const char *v = getenv("XFER_BENCH_STAGED_MS");
+	return (v && *v ? atof(v) : 100.0) / 1e3;
+}
 
 uint64_t host_check(const uint64_t *dst, const std::vector<uint32_t> *sp, const std::vector<uint32_t> *dp, uint32_t n,
 		    uint64_t pw, uint64_t seed)
@@ -169,7 +181,9 @@ int source(int fd)
 	printf("staged GPU memory (pinned host mirrors, XFER_GPU_IPC=0) vs host memory, provider %s, two processes,\n"
 	       "same run; up to 16 writes in flight\n",
 	       prov);
-	printf("%-26s %5s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
+	const double min_s = row_min_s();
+	printf("each variant of a row runs >= %.0f ms (XFER_BENCH_STAGED_MS); calls: GPU / host\n", min_s * 1e3);
+	printf("%-26s %13s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
 	int fails = 0;
 	uint32_t imm = 3000;
 	const char *only = getenv("XFER_BENCH_ROW"); // staged rows 0..5 in the order printed
@@ -177,6 +191,7 @@ int source(int fd)
 		if (only && *only && atoi(only) != r)
 			continue;
 		double gbs[2];
+		int ncalls[2];
 		bool bad_any = false;
 		std::vector<uint32_t> sp, dp;
 		uint64_t seed = 900 + r;
@@ -216,22 +231,28 @@ int source(int fd)
 				pw.imm = imm + g;
 				pw.flags = XFER_F_IMM;
 			}
-			int calls = row_calls(r), inflight = 0;
+			// At least row_calls(r) calls and min_s seconds: the count is
+			// known only at the end, so the target is told it with CHECK.
+			int calls = 0, inflight = 0;
+			const int min_calls = row_calls(r), max_calls = (1 << 24) / (row_paged(r) ? (int)npages : 1);
 			auto post = [&]() { XK(row_paged(r) ? xfer_write_paged(e, &pw, NULL) : xfer_write(e, &w, NULL)); };
 			post(); // warm-up: mirrors, connections
 			XK(gpu_wait(e).res);
 			double t0 = now_s();
-			for (int k = 0; k < calls; k++) {
+			// Bounded so that a row's immediates stay well inside u32.
+			while (calls < min_calls || (now_s() - t0 < min_s && calls < max_calls)) {
 				if (inflight == 16) {
 					XK(gpu_wait(e).res);
 					inflight--;
 				}
 				post();
 				inflight++;
+				calls++;
 			}
 			for (; inflight; inflight--)
 				XK(gpu_wait(e).res);
 			gbs[g] = (double)bytes * calls / (now_s() - t0) / 1e9;
+			ncalls[g] = calls;
 			uint64_t per = row_paged(r) ? npages : 1;
 			uint64_t bad = ask(fd, (struct req){CHECK, (uint64_t)g, (uint64_t)r, seed, imm + g, per * (calls + 1)});
 			if (bad) {
@@ -246,7 +267,9 @@ int source(int fd)
 			snprintf(op, sizeof(op), "paged %5u x %2u KiB", npages, page_sizes[r - NSINGLE] >> 10);
 		else
 			snprintf(op, sizeof(op), "single %7zu KiB", single_sizes[r] >> 10);
-		printf("%-26s %5d %10.2f %10.2f %7.2f  %s\n", op, row_calls(r), gbs[1], gbs[0], gbs[1] / gbs[0],
+		char nc[32];
+		snprintf(nc, sizeof(nc), "%d/%d", ncalls[1], ncalls[0]);
+		printf("%-26s %13s %10.2f %10.2f %7.2f  %s\n", op, nc, gbs[1], gbs[0], gbs[1] / gbs[0],
 		       bad_any ? "MISMATCH" : "verified");
 		fflush(stdout);
 	}
