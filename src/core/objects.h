@@ -246,10 +246,10 @@ struct xfer_engine {
 	_Alignas(64) atomic_uint drive;
 	atomic_uint_fast64_t drive_last_ns;
 	/* Set by an application turn that gives the turns back while the
-	 * worker is parked: read by the parked worker on every look (a line
-	 * nobody writes in a ping-pong, so its reads cost nothing), it ends
-	 * the park at once instead of at the next quarter-hold look at
-	 * e->drive. */
+	 * worker is parked. The parked worker reads it every 16 spins (a line
+	 * nobody writes in a ping-pong, so those reads cost the application
+	 * nothing) and so ends the park at once, not at its next look at
+	 * e->drive, which is up to a quarter of the hold (5 us) away. */
 	_Alignas(64) atomic_bool drive_back;
 	/* Written by the worker only (xi_stat_own_add). */
 	_Alignas(64) struct {
