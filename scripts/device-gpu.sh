@@ -76,6 +76,15 @@
 #            STAGE7_TRACE; test_gpu staged/scatter-staged and
 #            test_gpu_signal staged on shm and tcp; the IPC single and
 #            paged rows once                                            ~75 s
+#   ceil9    issue 14's ceiling of the staged rows on one GPU: CEIL_REPS
+#            (default 3) rounds, interleaved, of XFER_BENCH_ONLY=ceiling (no
+#            xfer: a staged write's two copies by plain CUDA calls, device->
+#            pinned host in one process and pinned host->device in another,
+#            at once and each alone, 16 in flight, and a pinned memcpy; 64 KiB,
+#            1 MiB, 16 MiB singles, 1024 x 4 KiB as one copy and as 1024) and
+#            XFER_BENCH_ONLY=staged XFER_BENCH_CEILING=1 on CEIL_PROVIDERS
+#            (default shm): the staged rows, then the ceiling rows in the same
+#            two processes, each with pair / the staged row's host GB/s  ~25 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -299,6 +308,18 @@ plan_stage7() {
 	step s7-paged 15 env XFER_BENCH_ONLY=paged $B
 }
 
+# The ceiling rows alone (no engine was ever made in those processes), then
+# after the staged rows of the same run, whose host GB/s they are read against.
+plan_ceil9() {
+	local r p
+	for r in $(seq "${CEIL_REPS:-3}"); do
+		step ceil9-ceiling-r$r 15 env XFER_BENCH_ONLY=ceiling $B
+		for p in ${CEIL_PROVIDERS:-shm}; do
+			step ceil9-staged-$p-r$r 20 env XFER_BENCH_CEILING=1 XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+		done
+	done
+}
+
 plan_full() {
 	step bench 20 $B
 	step bench-engine 30 env XFER_GPU_KERNEL=0 XFER_BENCH_ONLY=paged $B
@@ -312,7 +333,7 @@ for plan in $ORDER; do
 		echo "== plan $plan" >>"$out/steps.log"
 		"plan_$plan"
 	else
-		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto percall stage7 full)" | tee -a "$out/steps.log"
+		echo "unknown plan $plan (known: paged single staged trace tests watcher lone auto percall stage7 ceil9 full)" | tee -a "$out/steps.log"
 		fails=$((fails + 1))
 	fi
 done

@@ -13,7 +13,13 @@
 // Environment: XFER_TEST_PROVIDER (default shm) for addresses and notices;
 // XFER_BENCH_ONLY=paged|single, or =staged for the rows of
 // gpu_bench_staged.cu (GPU memory through host mirrors over a NIC provider
-// vs host memory on that provider); XFER_BENCH_ROW=n runs row n alone (paged
+// vs host memory on that provider; XFER_BENCH_STAGED_MS, default 100: each
+// variant's least time), =ceiling for the rows of gpu_bench_ceiling.cu (no
+// xfer: the staged write's two copies, device->pinned host and pinned
+// host->device, by plain CUDA calls in two processes at once and each
+// alone, and a pinned memcpy; XFER_BENCH_CEILING=1 adds them after the
+// staged rows with each one's ratio to the staged row's host GB/s);
+// XFER_BENCH_ROW=n runs row n alone (paged
 // rows 0..5 in the order printed, then single sizes 6..10, both depths);
 // XFER_BENCH_ORDER=src|dst lists the paged rows' page pairs by source or
 // destination page (the same copies);
@@ -515,6 +521,8 @@ int main(void)
 	const char *only = getenv("XFER_BENCH_ONLY");
 	if (only && !strcmp(only, "staged"))
 		return staged_bench_main(); // gpu_bench_staged.cu
+	if (only && !strcmp(only, "ceiling"))
+		return ceiling_bench_main(); // gpu_bench_ceiling.cu
 	if (only && !strcmp(only, "paged"))
 		run_single = false;
 	if (only && !strcmp(only, "single"))

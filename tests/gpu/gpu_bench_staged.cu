@@ -12,6 +12,10 @@
 // 64 KiB a row lasted 1-5 ms, and the host side of one row moved 3.9-14.8
 // GB/s between rounds (stage8), so a ratio was one round's noise wide.
 // 0: the fixed minimum alone, as before.
+// XFER_BENCH_CEILING=1: the ceiling rows (gpu_bench_ceiling.cu: the two
+// copies of a staged write by plain CUDA calls, no xfer) after these rows,
+// in the same two processes once their engines are gone, each beside its
+// staged row's host GB/s of this run.
 #include <algorithm>
 #include <time.h>
 #include <vector>
@@ -43,18 +47,6 @@ double row_min_s()
 {
 	const char *v = getenv("XFER_BENCH_STAGED_MS");
 	return (v && *v ? atof(v) : 100.0) / 1e3;
-}
-
-uint64_t host_check(const uint64_t *dst, const std::vector<uint32_t> *sp, const std::vector<uint32_t> *dp, uint32_t n,
-		    uint64_t pw, uint64_t seed)
-{
-	uint64_t bad = 0;
-	for (uint64_t page = 0; page < n; page++)
-		for (uint64_t w = 0; w < pw; w++) {
-			uint64_t s = sp ? (*sp)[page] : page, d = dp ? (*dp)[page] : page;
-			bad += dst[d * pw + w] != pat(s * pw + w, seed);
-		}
-	return bad;
 }
 
 // Both ends: an engine joined to the peer over fd, and a host and a GPU
@@ -153,6 +145,8 @@ int target(int fd)
 		send_u64(fd, res);
 	}
 	ends_close(&x);
+	if (ceiling_wanted())
+		ceiling_side(fd, 0, NULL);
 	return 0;
 }
 
@@ -185,6 +179,7 @@ int source(int fd)
 	printf("each variant of a row runs >= %.0f ms (XFER_BENCH_STAGED_MS); calls: GPU / host\n", min_s * 1e3);
 	printf("%-26s %13s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
 	int fails = 0;
+	double host_gbs[NROW] = {0}; // for the ceiling rows
 	uint32_t imm = 3000;
 	const char *only = getenv("XFER_BENCH_ROW"); // staged rows 0..5 in the order printed
 	for (int r = 0; r < NROW; r++, imm += 2) {
@@ -262,6 +257,7 @@ int source(int fd)
 			}
 		}
 		fails += bad_any;
+		host_gbs[r] = gbs[0];
 		char op[64];
 		if (row_paged(r))
 			snprintf(op, sizeof(op), "paged %5u x %2u KiB", npages, page_sizes[r - NSINGLE] >> 10);
@@ -279,6 +275,8 @@ int source(int fd)
 	for (int g = 0; g < 2; g++)
 		xfer_rmr_free(dst[g]);
 	ends_close(&x);
+	if (ceiling_wanted())
+		fails += ceiling_side(fd, 1, host_gbs);
 	return fails ? 1 : 0;
 }
 

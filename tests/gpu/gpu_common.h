@@ -14,6 +14,14 @@
 
 // xfer-gpu-bench's staged rows (gpu_bench_staged.cu), XFER_BENCH_ONLY=staged.
 int staged_bench_main(void);
+// Its ceiling rows (gpu_bench_ceiling.cu): XFER_BENCH_ONLY=ceiling runs them
+// alone; XFER_BENCH_CEILING=1 (ceiling_wanted) after the staged rows, in
+// their two processes: ceiling_side with leads=1 in one (host_gbs: the
+// staged rows' host GB/s, or NULL; returns the rows failing verification),
+// leads=0 in the other, over one socket.
+int ceiling_bench_main(void);
+bool ceiling_wanted(void);
+int ceiling_side(int fd, int leads, const double *host_gbs);
 
 #define CK(x)                                                                                \
 	do {                                                                                 \

@@ -41,6 +41,21 @@ __host__ __device__ static inline uint64_t pat(uint64_t word, uint64_t seed)
 	return (word + 1) * 0x9E3779B97F4A7C15ull ^ seed;
 }
 
+// The host's check_pat: page dp[i] of dst (pw words a page) must hold page
+// sp[i] of the pattern (NULL lists: page i itself); returns the words that
+// do not.
+static inline uint64_t host_check(const uint64_t *dst, const std::vector<uint32_t> *sp, const std::vector<uint32_t> *dp,
+				  uint32_t n, uint64_t pw, uint64_t seed)
+{
+	uint64_t bad = 0;
+	for (uint64_t page = 0; page < n; page++)
+		for (uint64_t w = 0; w < pw; w++) {
+			uint64_t s = sp ? (*sp)[page] : page, d = dp ? (*dp)[page] : page;
+			bad += dst[d * pw + w] != pat(s * pw + w, seed);
+		}
+	return bad;
+}
+
 static __global__ void fill_pat(uint64_t *p, uint64_t words, uint64_t seed)
 {
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words; i += (uint64_t)gridDim.x * blockDim.x)
