@@ -380,29 +380,20 @@ bool ceiling_wanted(void)
 	return v && !strcmp(v, "1");
 }
 
+// Alone (XFER_BENCH_ONLY=ceiling): process A leads and reports; B's exit
+// status is 0 whatever its side returns, A's 1 when a row failed.
+static int ceiling_a(int fd)
+{
+	return ceiling_side(fd, 1, NULL) ? 1 : 0;
+}
+
+static int ceiling_b(int fd)
+{
+	(void)ceiling_side(fd, 0, NULL);
+	return 0;
+}
+
 int ceiling_bench_main(void)
 {
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		return 1;
-	pid_t b = fork();
-	if (b == 0) {
-		ceiling_side(sv[1], 0, NULL);
-		fflush(stdout);
-		_exit(0);
-	}
-	pid_t a = fork();
-	if (a == 0) {
-		int rc = ceiling_side(sv[0], 1, NULL);
-		fflush(stdout);
-		_exit(rc ? 1 : 0);
-	}
-	int s1 = 0, s2 = 0;
-	waitpid(a, &s1, 0);
-	waitpid(b, &s2, 0);
-	if (!WIFEXITED(s1) || WEXITSTATUS(s1) || !WIFEXITED(s2) || WEXITSTATUS(s2)) {
-		fprintf(stderr, "ceiling run failed (A %d, B %d)\n", s1, s2);
-		return 1;
-	}
-	return 0;
+	return run_two(ceiling_a, ceiling_b, "ceiling", "A", "B");
 }

@@ -287,27 +287,5 @@ int staged_bench_main(void)
 	if (!getenv("XFER_TEST_PROVIDER"))
 		setenv("XFER_TEST_PROVIDER", "tcp", 1);
 	setenv("XFER_GPU_IPC", "0", 1); // through the mirrors, even on one host
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		return 1;
-	pid_t rx = fork();
-	if (rx == 0) {
-		int rc = target(sv[1]);
-		fflush(stdout);
-		_exit(rc);
-	}
-	pid_t tx = fork();
-	if (tx == 0) {
-		int rc = source(sv[0]);
-		fflush(stdout);
-		_exit(rc);
-	}
-	int s1 = 0, s2 = 0;
-	waitpid(tx, &s1, 0);
-	waitpid(rx, &s2, 0);
-	if (!WIFEXITED(s1) || WEXITSTATUS(s1) || !WIFEXITED(s2) || WEXITSTATUS(s2)) {
-		fprintf(stderr, "staged run failed (source %d, target %d)\n", s1, s2);
-		return 1;
-	}
-	return 0;
+	return run_two(source, target, "staged", "source", "target");
 }

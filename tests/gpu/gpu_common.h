@@ -57,6 +57,39 @@ static inline int gpu_count_forksafe(void)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
 }
 
+// Runs lead(fd) and other(fd) in two child processes joined by a socket
+// pair (other forked first, so that it waits on the socket when lead
+// starts); each child's stdout is flushed before it exits with its
+// function's return value. Returns 0 when both exit 0, else 1 after saying
+// so with what, lead_name and other_name.
+static inline int run_two(int (*lead)(int), int (*other)(int), const char *what, const char *lead_name,
+			  const char *other_name)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return 1;
+	pid_t po = fork();
+	if (po == 0) {
+		int rc = other(sv[1]);
+		fflush(stdout);
+		_exit(rc);
+	}
+	pid_t pl = fork();
+	if (pl == 0) {
+		int rc = lead(sv[0]);
+		fflush(stdout);
+		_exit(rc);
+	}
+	int sl = 0, so = 0;
+	waitpid(pl, &sl, 0);
+	waitpid(po, &so, 0);
+	if (!WIFEXITED(sl) || WEXITSTATUS(sl) || !WIFEXITED(so) || WEXITSTATUS(so)) {
+		fprintf(stderr, "%s run failed (%s %d, %s %d)\n", what, lead_name, sl, other_name, so);
+		return 1;
+	}
+	return 0;
+}
+
 static inline void put_blob(int fd, const void *b, size_t n)
 {
 	if (write(fd, &n, sizeof(n)) != (ssize_t)sizeof(n) || write(fd, b, n) != (ssize_t)n)
