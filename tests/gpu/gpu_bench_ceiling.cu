@@ -19,6 +19,12 @@
 //              other.
 //   memcpy     one CPU thread in A, memcpy between two pinned buffers: the
 //              host side of a staged write's path.
+//   after D2H  the same memcpy, each one right after a D2H copy into its
+//              source (not timed; only the memcpy is): the CPU's copy of
+//              bytes the GPU just wrote, which are not in the CPU's caches
+//              as a host row's reused source and destination are. On shm a
+//              staged write's transport copy (CMA) is this copy; the host
+//              rows' copy is the hot one of the memcpy column.
 // Rows: single 64 KiB, 1 MiB, 16 MiB copies; 1,024 x 4 KiB pages as one
 // 4 MiB copy and as 1,024 copies of a page (random permutations on both
 // sides, as the staged paged row's pages; 16 calls of 1,024 in flight).
@@ -59,7 +65,7 @@ const struct crow rows[] = {
 };
 constexpr int NCROW = sizeof(rows) / sizeof(rows[0]);
 
-enum { PAIR, D2H, H2D, MEMCPY, NMODE };
+enum { PAIR, D2H, H2D, MEMCPY, FRESH, NMODE };
 enum { PREP = 1, GO, END };
 struct cmsg {
 	uint64_t cmd, row, mode, t_start, t_end;
@@ -154,7 +160,13 @@ void prep(struct side *x, int r, int mode)
 		for (uint64_t i = 0; i < w.bytes / 8; i++)
 			((uint64_t *)x->host)[i] = pat(i, seed);
 	}
-	if (mode == MEMCPY) {
+	if (mode == FRESH) {
+		// The source is the device's pattern, put there by each D2H copy.
+		fill_pat<<<264, 512>>>((uint64_t *)x->dev, w.bytes / 8, seed);
+		CK(cudaGetLastError());
+		CK(cudaDeviceSynchronize());
+	}
+	if (mode == MEMCPY || mode == FRESH) {
 		memset(x->host2, 0, w.bytes);
 		return;
 	}
@@ -175,7 +187,7 @@ uint64_t verify(struct side *x, int r, int mode)
 	uint32_t n = w.pages ? NPAGES : 1;
 	uint64_t pw = (w.pages ? PAGE : w.bytes) / 8;
 	const std::vector<uint32_t> *sp = w.pages ? &x->sp : NULL, *dp = w.pages ? &x->dp : NULL;
-	if (mode == D2H || mode == MEMCPY)
+	if (mode == D2H || mode == MEMCPY || mode == FRESH)
 		return host_check((const uint64_t *)(mode == D2H ? x->host : x->host2), sp, dp, n, pw, seed);
 	CK(cudaMemset(x->bad, 0, sizeof(*x->bad)));
 	check_pat<<<264, 512>>>((const uint64_t *)x->dev, w.pages ? x->lists : NULL, w.pages ? x->lists + NPAGES : NULL, n,
@@ -255,6 +267,32 @@ struct cres run_memcpy(struct side *x, int r, uint64_t t_start, uint64_t t_end)
 	return (struct cres){done && secs > 0 ? (double)w.bytes * (double)done / secs / 1e9 : 0, done, 0};
 }
 
+// MEMCPY with a D2H copy into the source before each memcpy; only the
+// memcpys are timed, their rate is bytes over their summed time.
+struct cres run_fresh(struct side *x, int r, uint64_t t_start, uint64_t t_end)
+{
+	const struct crow &w = rows[r];
+	uint64_t done = 0, busy = 0;
+	char *src = (char *)x->host, *dst = (char *)x->host2;
+	wait_until(t_start);
+	while (mono_ns() < t_end) {
+		// One contiguous copy of the whole source, pages or not: the page
+		// memcpys below then permute it as the MEMCPY mode does.
+		CK(cudaMemcpyAsync(src, x->dev, w.bytes, cudaMemcpyDeviceToHost, x->s));
+		CK(cudaStreamSynchronize(x->s));
+		uint64_t t0 = mono_ns();
+		if (!w.pages)
+			memcpy(dst, src, w.bytes);
+		else
+			for (uint32_t i = 0; i < NPAGES; i++)
+				memcpy(dst + (size_t)x->dp[i] * PAGE, src + (size_t)x->sp[i] * PAGE, PAGE);
+		busy += mono_ns() - t0;
+		done++;
+	}
+	double secs = (double)busy / 1e9;
+	return (struct cres){done && secs > 0 ? (double)w.bytes * (double)done / secs / 1e9 : 0, done, 0};
+}
+
 // Process B: the H2D copies, on A's word.
 void follower(int fd)
 {
@@ -293,15 +331,17 @@ int leader(int fd, const double *host_gbs)
 	printf("ceiling (no xfer): plain CUDA copies on GPU0, two processes, each one non-blocking stream with 16 copies\n"
 	       "in flight, events polled; A device->pinned host (a staged write's staging), B pinned host->device (its\n"
 	       "landing), at once in one %.0f ms window (XFER_BENCH_STAGED_MS) and each alone; memcpy: one CPU thread,\n"
-	       "pinned -> pinned. pair = min(A, B) at once: the most GB/s a write that needs both copies gets here.\n",
+	       "pinned -> pinned, same bytes each time (cache-hot, as a host row's); after D2H: that memcpy with a\n"
+	       "D2H copy into its source before each (bytes the GPU just wrote: a staged write's copy on shm).\n"
+	       "pair = min(A, B) at once: the most GB/s a write that needs both copies gets here.\n",
 	       win * 1e3);
 	if (host_gbs)
 		printf("host: this run's staged row host GB/s; ratio = pair / host (issue 14: staged GPU >= 0.8 x host)\n");
 	else
 		printf("host/ratio: compare pair with the host GB/s of XFER_BENCH_ONLY=staged (or run it with "
 		       "XFER_BENCH_CEILING=1)\n");
-	printf("%-26s %13s %8s %8s %8s %8s %8s %8s %8s %6s  %s\n", "op (GB/s)", "calls A/B", "pair A", "pair B", "pair",
-	       "A alone", "B alone", "memcpy", "host", "ratio", "bytes");
+	printf("%-26s %13s %8s %8s %8s %8s %8s %8s %9s %8s %6s  %s\n", "op (GB/s)", "calls A/B", "pair A", "pair B",
+	       "pair", "A alone", "B alone", "memcpy", "after D2H", "host", "ratio", "bytes");
 	int fails = 0;
 	for (int r = 0; r < NCROW; r++) {
 		if (only && *only && atoi(only) != rows[r].staged_row)
@@ -310,7 +350,7 @@ int leader(int fd, const double *host_gbs)
 		uint64_t bad = 0;
 		for (int mode = 0; mode < NMODE; mode++) {
 			bool mine = mode != H2D, theirs = mode == PAIR || mode == H2D;
-			int what = mode == MEMCPY ? MEMCPY : D2H;
+			int what = mode == MEMCPY || mode == FRESH ? mode : D2H;
 			struct cmsg m = {PREP, (uint64_t)r, (uint64_t)mode, 0, 0};
 			if (theirs) {
 				put_blob(fd, &m, sizeof(m));
@@ -326,8 +366,9 @@ int leader(int fd, const double *host_gbs)
 				put_blob(fd, &m, sizeof(m));
 			a[mode] = b[mode] = (struct cres){0, 0, 0};
 			if (mine) {
-				a[mode] = what == MEMCPY ? run_memcpy(&x, r, m.t_start, m.t_end)
-							 : run_copies(&x, r, D2H, m.t_start, m.t_end);
+				a[mode] = what == MEMCPY  ? run_memcpy(&x, r, m.t_start, m.t_end)
+					  : what == FRESH ? run_fresh(&x, r, m.t_start, m.t_end)
+							  : run_copies(&x, r, D2H, m.t_start, m.t_end);
 				a[mode].bad = verify(&x, r, what);
 			}
 			if (theirs)
@@ -346,13 +387,14 @@ int leader(int fd, const double *host_gbs)
 			snprintf(hs, sizeof(hs), "%.2f", host);
 			snprintf(rs, sizeof(rs), "%.2f", pair / host);
 		}
-		printf("%-26s %13s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8s %6s  %s\n", rows[r].name, nc, a[PAIR].gbs,
-		       b[PAIR].gbs, pair, a[D2H].gbs, b[H2D].gbs, a[MEMCPY].gbs, hs, rs, bad ? "MISMATCH" : "verified");
+		printf("%-26s %13s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8s %6s  %s\n", rows[r].name, nc, a[PAIR].gbs,
+		       b[PAIR].gbs, pair, a[D2H].gbs, b[H2D].gbs, a[MEMCPY].gbs, a[FRESH].gbs, hs, rs,
+		       bad ? "MISMATCH" : "verified");
 		if (bad)
-			printf("  row %d: %llu bad words or empty windows (A pair %llu, alone %llu, memcpy %llu; B pair %llu,"
-			       " alone %llu)\n",
+			printf("  row %d: %llu bad words or empty windows (A pair %llu, alone %llu, memcpy %llu, after D2H %llu;"
+			       " B pair %llu, alone %llu)\n",
 			       r, (unsigned long long)bad, (unsigned long long)a[PAIR].bad, (unsigned long long)a[D2H].bad,
-			       (unsigned long long)a[MEMCPY].bad, (unsigned long long)b[PAIR].bad,
+			       (unsigned long long)a[MEMCPY].bad, (unsigned long long)a[FRESH].bad, (unsigned long long)b[PAIR].bad,
 			       (unsigned long long)b[H2D].bad);
 		fflush(stdout);
 	}
