@@ -83,7 +83,7 @@
 #            at once and each alone, 16 in flight, and a pinned memcpy; 64 KiB,
 #            1 MiB, 16 MiB singles, 1024 x 4 KiB as one copy and as 1024) and
 #            XFER_BENCH_ONLY=staged XFER_BENCH_CEILING=1 on CEIL_PROVIDERS
-#            (default shm): the staged rows, then the ceiling rows in the same
+#            (default shm; shm,tcp for both): the staged rows, then the ceiling rows in the same
 #            two processes, each with pair / the staged row's host GB/s  ~25 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
@@ -312,9 +312,10 @@ plan_stage7() {
 # after the staged rows of the same run, whose host GB/s they are read against.
 plan_ceil9() {
 	local r p
+	: "${CEIL_PROVIDERS:=shm}"
 	for r in $(seq "${CEIL_REPS:-3}"); do
 		step ceil9-ceiling-r$r 15 env XFER_BENCH_ONLY=ceiling $B
-		for p in ${CEIL_PROVIDERS:-shm}; do
+		for p in ${CEIL_PROVIDERS//,/ }; do # a list: "shm tcp" or shm,tcp (ENV_gpu splits on spaces)
 			step ceil9-staged-$p-r$r 20 env XFER_BENCH_CEILING=1 XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
 		done
 	done
