@@ -84,7 +84,8 @@
 #            1 MiB, 16 MiB singles, 1024 x 4 KiB as one copy and as 1024) and
 #            XFER_BENCH_ONLY=staged XFER_BENCH_CEILING=1 on CEIL_PROVIDERS
 #            (default shm; shm,tcp for both): the staged rows, then the ceiling rows in the same
-#            two processes, each with pair / the staged row's host GB/s  ~25 s
+#            two processes, each with pair / the staged row's host GB/s;
+#            CEIL_TRACE=0,1: those staged rows alone, traced (XFER_GPU_TRACE)  ~25 s
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -317,6 +318,13 @@ plan_ceil9() {
 		step ceil9-ceiling-r$r 15 env XFER_BENCH_ONLY=ceiling $B
 		for p in ${CEIL_PROVIDERS//,/ }; do # a list: "shm tcp" or shm,tcp (ENV_gpu splits on spaces)
 			step ceil9-staged-$p-r$r 20 env XFER_BENCH_CEILING=1 XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+		done
+	done
+	# CEIL_TRACE=0,1 (staged row numbers): each row alone, traced, per provider.
+	for p in ${CEIL_PROVIDERS//,/ }; do
+		for r in ${CEIL_TRACE//,/ }; do
+			step ceil9-trace-$p-row$r 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p XFER_BENCH_ROW=$r \
+				XFER_GPU_TRACE="$out/ceil9-trace-$p-row$r.csv" $B
 		done
 	done
 }
