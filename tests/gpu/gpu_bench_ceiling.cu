@@ -14,6 +14,9 @@
 //              rate counts the copies it saw end inside the window. "pair"
 //              is the lower of the two: the most GB/s a write that needs
 //              both copies can have on this GPU.
+//   pair 4s    pair with each side's copies spread round-robin over NSTREAM
+//              streams (the engine uses one): whether more copy engines
+//              lift the per-copy rate of small copies.
 //   alone      A's D2H with B idle (blocked on the socket), then B's H2D
 //              with A idle: against pair, what the two processes cost each
 //              other.
@@ -46,7 +49,7 @@
 
 namespace {
 
-constexpr int DEPTH = 16;
+constexpr int DEPTH = 16, NSTREAM = 4;
 constexpr uint32_t NPAGES = 1024, PAGE = 4096;
 constexpr size_t MAXB = 16u << 20;
 
@@ -65,7 +68,7 @@ const struct crow rows[] = {
 };
 constexpr int NCROW = sizeof(rows) / sizeof(rows[0]);
 
-enum { PAIR, D2H, H2D, MEMCPY, FRESH, NMODE };
+enum { PAIR, D2H, H2D, MEMCPY, FRESH, PAIR4, NMODE };
 enum { PREP = 1, GO, END };
 struct cmsg {
 	uint64_t cmd, row, mode, t_start, t_end;
@@ -94,7 +97,7 @@ double window_s()
 // scratch.
 struct side {
 	void *dev, *host, *host2;
-	cudaStream_t s;
+	cudaStream_t s, ss[NSTREAM]; // s is ss[0]
 	cudaEvent_t ev[DEPTH];
 	std::vector<uint32_t> sp, dp;
 	uint32_t *lists;
@@ -107,7 +110,9 @@ void side_open(struct side *x)
 	CK(cudaMalloc(&x->dev, MAXB));
 	CK(cudaHostAlloc(&x->host, MAXB, cudaHostAllocPortable | cudaHostAllocMapped));
 	CK(cudaHostAlloc(&x->host2, MAXB, cudaHostAllocPortable | cudaHostAllocMapped));
-	CK(cudaStreamCreateWithFlags(&x->s, cudaStreamNonBlocking));
+	for (int i = 0; i < NSTREAM; i++)
+		CK(cudaStreamCreateWithFlags(&x->ss[i], cudaStreamNonBlocking));
+	x->s = x->ss[0];
 	for (int i = 0; i < DEPTH; i++)
 		CK(cudaEventCreateWithFlags(&x->ev[i], cudaEventDisableTiming));
 	perm_xs(x->sp, NPAGES, 4242);
@@ -122,7 +127,8 @@ void side_close(struct side *x)
 {
 	for (int i = 0; i < DEPTH; i++)
 		CK(cudaEventDestroy(x->ev[i]));
-	CK(cudaStreamDestroy(x->s));
+	for (int i = 0; i < NSTREAM; i++)
+		CK(cudaStreamDestroy(x->ss[i]));
 	CK(cudaFree(x->dev));
 	CK(cudaFree(x->lists));
 	CK(cudaFree(x->bad));
@@ -134,16 +140,16 @@ uint64_t seed_of(int r, int mode) { return 7000 + 16 * (uint64_t)r + (uint64_t)m
 
 // One call of row r: D2H dev -> host, H2D host -> dev (MEMCPY: host -> host2
 // by the CPU, see run_memcpy).
-void issue(struct side *x, const struct crow &w, int mode)
+void issue(struct side *x, const struct crow &w, int mode, cudaStream_t st)
 {
 	cudaMemcpyKind k = mode == D2H ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
 	char *src = (char *)(mode == D2H ? x->dev : x->host), *dst = (char *)(mode == D2H ? x->host : x->dev);
 	if (!w.pages) {
-		CK(cudaMemcpyAsync(dst, src, w.bytes, k, x->s));
+		CK(cudaMemcpyAsync(dst, src, w.bytes, k, st));
 		return;
 	}
 	for (uint32_t i = 0; i < NPAGES; i++)
-		CK(cudaMemcpyAsync(dst + (size_t)x->dp[i] * PAGE, src + (size_t)x->sp[i] * PAGE, PAGE, k, x->s));
+		CK(cudaMemcpyAsync(dst + (size_t)x->dp[i] * PAGE, src + (size_t)x->sp[i] * PAGE, PAGE, k, st));
 }
 
 // The source filled with the mode's pattern, the destination zeroed, and
@@ -170,7 +176,7 @@ void prep(struct side *x, int r, int mode)
 		memset(x->host2, 0, w.bytes);
 		return;
 	}
-	issue(x, w, mode);
+	issue(x, w, mode, x->s);
 	CK(cudaStreamSynchronize(x->s));
 	if (mode == D2H)
 		memset(x->host, 0, w.bytes);
@@ -204,9 +210,10 @@ void wait_until(uint64_t t)
 		;
 }
 
-// Calls of row r in [t_start, t_end), up to DEPTH in flight; the rate of
-// the calls seen finished inside the window, over the time to the last.
-struct cres run_copies(struct side *x, int r, int mode, uint64_t t_start, uint64_t t_end)
+// Calls of row r in [t_start, t_end), up to DEPTH in flight, call k on
+// stream k % ns; the rate of the calls seen finished inside the window,
+// over the time to the last.
+struct cres run_copies(struct side *x, int r, int mode, uint64_t t_start, uint64_t t_end, int ns)
 {
 	const struct crow &w = rows[r];
 	int head = 0, inflight = 0;
@@ -235,12 +242,14 @@ struct cres run_copies(struct side *x, int r, int mode, uint64_t t_start, uint64
 			if (inflight == DEPTH)
 				continue;
 		}
-		issue(x, w, mode);
-		CK(cudaEventRecord(x->ev[(head + inflight) % DEPTH], x->s));
+		int k = (head + inflight) % DEPTH;
+		issue(x, w, mode, x->ss[k % ns]);
+		CK(cudaEventRecord(x->ev[k], x->ss[k % ns]));
 		inflight++;
 	}
 	// The calls still in flight ended after the window: not counted.
-	CK(cudaStreamSynchronize(x->s));
+	for (int i = 0; i < ns; i++)
+		CK(cudaStreamSynchronize(x->ss[i]));
 	double secs = (double)(t_last - t_start) / 1e9;
 	return (struct cres){done && secs > 0 ? (double)w.bytes * (double)done / secs / 1e9 : 0, done, 0};
 }
@@ -304,7 +313,7 @@ void follower(int fd)
 		if (m.cmd == END)
 			break;
 		int r = (int)m.row, mode = (int)m.mode;
-		bool mine = mode == PAIR || mode == H2D;
+		bool mine = mode == PAIR || mode == H2D || mode == PAIR4;
 		if (m.cmd == PREP) {
 			if (mine)
 				prep(&x, r, H2D);
@@ -313,7 +322,7 @@ void follower(int fd)
 		}
 		struct cres res = {0, 0, 0};
 		if (mine) {
-			res = run_copies(&x, r, H2D, m.t_start, m.t_end);
+			res = run_copies(&x, r, H2D, m.t_start, m.t_end, mode == PAIR4 ? NSTREAM : 1);
 			res.bad = verify(&x, r, H2D);
 		}
 		put_blob(fd, &res, sizeof(res));
@@ -333,15 +342,16 @@ int leader(int fd, const double *host_gbs)
 	       "landing), at once in one %.0f ms window (XFER_BENCH_STAGED_MS) and each alone; memcpy: one CPU thread,\n"
 	       "pinned -> pinned, same bytes each time (cache-hot, as a host row's); after D2H: that memcpy with a\n"
 	       "D2H copy into its source before each (bytes the GPU just wrote: a staged write's copy on shm).\n"
-	       "pair = min(A, B) at once: the most GB/s a write that needs both copies gets here.\n",
-	       win * 1e3);
+	       "pair = min(A, B) at once: the most GB/s a write that needs both copies gets here; pair 4s: the same\n"
+	       "with each side's copies round-robin on %d streams.\n",
+	       win * 1e3, NSTREAM);
 	if (host_gbs)
 		printf("host: this run's staged row host GB/s; ratio = pair / host (issue 14: staged GPU >= 0.8 x host)\n");
 	else
 		printf("host/ratio: compare pair with the host GB/s of XFER_BENCH_ONLY=staged (or run it with "
 		       "XFER_BENCH_CEILING=1)\n");
-	printf("%-26s %13s %8s %8s %8s %8s %8s %8s %9s %8s %6s  %s\n", "op (GB/s)", "calls A/B", "pair A", "pair B",
-	       "pair", "A alone", "B alone", "memcpy", "after D2H", "host", "ratio", "bytes");
+	printf("%-26s %13s %8s %8s %8s %8s %8s %8s %8s %9s %8s %6s  %s\n", "op (GB/s)", "calls A/B", "pair A", "pair B",
+	       "pair", "pair 4s", "A alone", "B alone", "memcpy", "after D2H", "host", "ratio", "bytes");
 	int fails = 0;
 	for (int r = 0; r < NCROW; r++) {
 		if (only && *only && atoi(only) != rows[r].staged_row)
@@ -349,7 +359,7 @@ int leader(int fd, const double *host_gbs)
 		struct cres a[NMODE], b[NMODE];
 		uint64_t bad = 0;
 		for (int mode = 0; mode < NMODE; mode++) {
-			bool mine = mode != H2D, theirs = mode == PAIR || mode == H2D;
+			bool mine = mode != H2D, theirs = mode == PAIR || mode == H2D || mode == PAIR4;
 			int what = mode == MEMCPY || mode == FRESH ? mode : D2H;
 			struct cmsg m = {PREP, (uint64_t)r, (uint64_t)mode, 0, 0};
 			if (theirs) {
@@ -368,7 +378,8 @@ int leader(int fd, const double *host_gbs)
 			if (mine) {
 				a[mode] = what == MEMCPY  ? run_memcpy(&x, r, m.t_start, m.t_end)
 					  : what == FRESH ? run_fresh(&x, r, m.t_start, m.t_end)
-							  : run_copies(&x, r, D2H, m.t_start, m.t_end);
+							  : run_copies(&x, r, D2H, m.t_start, m.t_end,
+								       mode == PAIR4 ? NSTREAM : 1);
 				a[mode].bad = verify(&x, r, what);
 			}
 			if (theirs)
@@ -387,15 +398,16 @@ int leader(int fd, const double *host_gbs)
 			snprintf(hs, sizeof(hs), "%.2f", host);
 			snprintf(rs, sizeof(rs), "%.2f", pair / host);
 		}
-		printf("%-26s %13s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8s %6s  %s\n", rows[r].name, nc, a[PAIR].gbs,
-		       b[PAIR].gbs, pair, a[D2H].gbs, b[H2D].gbs, a[MEMCPY].gbs, a[FRESH].gbs, hs, rs,
+		printf("%-26s %13s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8s %6s  %s\n", rows[r].name, nc,
+		       a[PAIR].gbs, b[PAIR].gbs, pair, std::min(a[PAIR4].gbs, b[PAIR4].gbs), a[D2H].gbs, b[H2D].gbs,
+		       a[MEMCPY].gbs, a[FRESH].gbs, hs, rs,
 		       bad ? "MISMATCH" : "verified");
 		if (bad)
-			printf("  row %d: %llu bad words or empty windows (A pair %llu, alone %llu, memcpy %llu, after D2H %llu;"
-			       " B pair %llu, alone %llu)\n",
-			       r, (unsigned long long)bad, (unsigned long long)a[PAIR].bad, (unsigned long long)a[D2H].bad,
-			       (unsigned long long)a[MEMCPY].bad, (unsigned long long)a[FRESH].bad, (unsigned long long)b[PAIR].bad,
-			       (unsigned long long)b[H2D].bad);
+			printf("  row %d: %llu bad words or empty windows (A pair %llu, pair 4s %llu, alone %llu, memcpy %llu,"
+			       " after D2H %llu; B pair %llu, pair 4s %llu, alone %llu)\n",
+			       r, (unsigned long long)bad, (unsigned long long)a[PAIR].bad, (unsigned long long)a[PAIR4].bad,
+			       (unsigned long long)a[D2H].bad, (unsigned long long)a[MEMCPY].bad, (unsigned long long)a[FRESH].bad,
+			       (unsigned long long)b[PAIR].bad, (unsigned long long)b[PAIR4].bad, (unsigned long long)b[H2D].bad);
 		fflush(stdout);
 	}
 	struct cmsg end = {END, 0, 0, 0, 0};
