@@ -124,6 +124,7 @@ struct xi_gpu {
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	uint64_t stage_ahead; /* ops staging at most this many bytes start it behind a waiting FIFO head */
+	bool stage_next;      /* XFER_GPU_STAGE_AHEAD=next: the op behind the head stages, any size */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
 	 * its event) the stream writes a sequence number to a pinned host word,
 	 * which xi_gpu_poll reads instead of querying the event: a query that
@@ -195,6 +196,10 @@ struct xi_gpu *xi_gpu_create(void)
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1")   ? UINT64_MAX
 			 : env_is("XFER_GPU_STAGE_AHEAD", "0") ? 0
 							       : XI_GPU_STAGE_AHEAD_MAX;
+	/* XFER_GPU_STAGE_AHEAD=next: as the default, and the op right behind
+	 * the one being posted stages whatever its size (double buffering: its
+	 * copy runs while the transport takes the op before it). */
+	g->stage_next = env_is("XFER_GPU_STAGE_AHEAD", "next");
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
@@ -833,6 +838,11 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max)
 uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g)
 {
 	return g ? g->stage_ahead : 0;
+}
+
+bool xi_gpu_stage_next(const struct xi_gpu *g)
+{
+	return g && g->stage_next;
 }
 
 bool xi_gpu_bound(const struct xi_gpu *g)

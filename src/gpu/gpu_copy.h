@@ -118,6 +118,9 @@ int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);
  * XI_GPU_STAGE_AHEAD_MAX by default, XFER_GPU_STAGE_AHEAD=1 every op, =0
  * none. */
 uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g);
+/* XFER_GPU_STAGE_AHEAD=next: besides those, the op right behind the FIFO
+ * head stages whatever its size, also while the head is being posted. */
+bool xi_gpu_stage_next(const struct xi_gpu *g);
 /* A CUDA context was made current for it (its first copy, staging or
  * mapping): from then on its turns stay on the worker (core/drive.c). */
 bool xi_gpu_bound(const struct xi_gpu *g);

@@ -12,6 +12,13 @@
 // 64 KiB a row lasted 1-5 ms, and the host side of one row moved 3.9-14.8
 // GB/s between rounds (stage8), so a ratio was one round's noise wide.
 // 0: the fixed minimum alone, as before.
+// XFER_BENCH_STAGED_SLOTS=N (default 1): call k of a row goes to slot k % N
+// of the regions (offset slot x the call's bytes, both sides; as many slots
+// as the 64 MiB regions hold), every slot filled and checked. With 1 every
+// call moves the same bytes: a host row's copies stay in the CPU's caches,
+// and a GPU row's DMA reads and writes the very lines the CPU's transport
+// copy of the next call is touching; with 16 the 16 writes in flight touch
+// 16 different places, as writes of a KV cache or of weights do.
 // XFER_BENCH_CEILING=1: the ceiling rows (gpu_bench_ceiling.cu: the two
 // copies of a staged write by plain CUDA calls, no xfer) after these rows,
 // in the same two processes once their engines are gone, each beside its
@@ -42,6 +49,17 @@ bool row_paged(int r) { return r >= NSINGLE; }
 size_t row_bytes(int r) { return row_paged(r) ? (size_t)page_sizes[r - NSINGLE] * npages : single_sizes[r]; }
 // About 256 MiB a row, 8..256 calls, at most 16 in flight.
 int row_calls(int r) { return (int)std::min<size_t>(256, std::max<size_t>(8, (256u << 20) / row_bytes(r))); }
+
+// Slots of row r (see XFER_BENCH_STAGED_SLOTS): both processes read the
+// same environment.
+uint32_t row_slots(int r)
+{
+	const char *v = getenv("XFER_BENCH_STAGED_SLOTS");
+	unsigned long n = v && *v ? strtoul(v, NULL, 10) : 1;
+	unsigned long fit = REGION / row_bytes(r);
+	n = std::min(n, fit);
+	return n ? (uint32_t)n : 1;
+}
 
 double row_min_s()
 {
@@ -127,16 +145,21 @@ int target(int fd)
 			n = npages;
 			pw = page_sizes[r - NSINGLE] / 8;
 		}
+		const uint32_t slots = row_slots(r);
+		const size_t step = row_bytes(r);
 		if (!q.gpu) {
-			res += host_check((const uint64_t *)hbuf, n > 1 ? &sp : NULL, n > 1 ? &dp : NULL, n, pw, q.seed);
+			for (uint32_t k = 0; k < slots; k++)
+				res += host_check((const uint64_t *)((const uint8_t *)hbuf + k * step), n > 1 ? &sp : NULL,
+						  n > 1 ? &dp : NULL, n, pw, q.seed);
 		} else {
 			CK(cudaMemset(bad, 0, sizeof(*bad)));
 			if (n > 1) {
 				CK(cudaMemcpy(lists, sp.data(), n * 4, cudaMemcpyHostToDevice));
 				CK(cudaMemcpy(lists + n, dp.data(), n * 4, cudaMemcpyHostToDevice));
 			}
-			check_pat<<<264, 512>>>((const uint64_t *)gbuf, n > 1 ? lists : NULL, n > 1 ? lists + n : NULL, n, pw,
-					     q.seed, bad);
+			for (uint32_t k = 0; k < slots; k++)
+				check_pat<<<264, 512>>>((const uint64_t *)((const uint8_t *)gbuf + k * step),
+						     n > 1 ? lists : NULL, n > 1 ? lists + n : NULL, n, pw, q.seed, bad);
 			CK(cudaGetLastError());
 			unsigned long long nbad = 0;
 			CK(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
@@ -177,6 +200,9 @@ int source(int fd)
 	       prov);
 	const double min_s = row_min_s();
 	printf("each variant of a row runs >= %.0f ms (XFER_BENCH_STAGED_MS); calls: GPU / host\n", min_s * 1e3);
+	const char *sl = getenv("XFER_BENCH_STAGED_SLOTS");
+	printf("call k to slot k %% %s of the regions (XFER_BENCH_STAGED_SLOTS; fewer where 64 MiB holds fewer)\n",
+	       sl && *sl ? sl : "1");
 	printf("%-26s %13s %10s %10s %7s  %s\n", "op", "calls", "GPU GB/s", "host GB/s", "ratio", "bytes");
 	int fails = 0;
 	double host_gbs[NROW] = {0}; // for the ceiling rows
@@ -197,12 +223,16 @@ int source(int fd)
 		for (int g = 0; g < 2; g++) {
 			ask(fd, (struct req){ZERO, (uint64_t)g, 0, 0, 0, 0});
 			size_t bytes = row_bytes(r);
-			if (g) {
-				fill_pat<<<264, 512>>>((uint64_t *)gbuf, bytes / 8, seed);
-				CK(cudaDeviceSynchronize());
-			} else {
-				for (uint64_t i = 0; i < bytes / 8; i++)
-					((uint64_t *)hbuf)[i] = pat(i, seed);
+			const uint32_t slots = row_slots(r);
+			for (uint32_t k = 0; k < slots; k++) {
+				if (g) {
+					fill_pat<<<264, 512>>>((uint64_t *)((uint8_t *)gbuf + k * bytes), bytes / 8, seed);
+					CK(cudaDeviceSynchronize());
+				} else {
+					uint64_t *h = (uint64_t *)((uint8_t *)hbuf + k * bytes);
+					for (uint64_t i = 0; i < bytes / 8; i++)
+						h[i] = pat(i, seed);
+				}
 			}
 			struct xfer_write w;
 			struct xfer_paged_write pw;
@@ -230,7 +260,13 @@ int source(int fd)
 			// known only at the end, so the target is told it with CHECK.
 			int calls = 0, inflight = 0;
 			const int min_calls = row_calls(r), max_calls = (1 << 24) / (row_paged(r) ? (int)npages : 1);
-			auto post = [&]() { XK(row_paged(r) ? xfer_write_paged(e, &pw, NULL) : xfer_write(e, &w, NULL)); };
+			uint64_t seq = 0;
+			auto post = [&]() {
+				uint64_t off = (seq++ % slots) * bytes;
+				w.src_off = w.dst_off = off;
+				pw.src_base = pw.dst_base = off;
+				XK(row_paged(r) ? xfer_write_paged(e, &pw, NULL) : xfer_write(e, &w, NULL));
+			};
 			post(); // warm-up: mirrors, connections
 			XK(gpu_wait(e).res);
 			double t0 = now_s();

@@ -987,12 +987,15 @@ static int many_source(int n, const int *fds, void *arg)
  * held): by default the 4 of 64 KiB behind it start their staging at once
  * (they stage at most XI_GPU_STAGE_AHEAD_MAX bytes), the one of 1 MiB
  * waits for its turn; XFER_GPU_STAGE_AHEAD=1 (-all) starts it too, =0
- * (-none) none. Each op stages once, and every byte and immediate lands. */
+ * (-none) none. -next: the 1 MiB write is the one right behind the head
+ * and XFER_GPU_STAGE_AHEAD=next starts it as well (the default would not:
+ * -next-default). Each op stages once, and every byte and immediate lands. */
 #define EARLY_SMALL (64u << 10)
 #define EARLY_BIG (1u << 20)
 #define EARLY_LEN (2u << 20)
 #define IMM_EARLY 0x6e8
 static uint64_t early_want; /* staging copies started while the head is held */
+static bool early_big_next; /* the 1 MiB write right behind the head, not last */
 
 static int early_target(int idx, int fd, void *arg)
 {
@@ -1020,9 +1023,9 @@ static int early_source(int n, const int *fds, void *arg)
 	CHECK_RC(t_wait_cqe(ws.e, 30000).res, 0);
 	uint64_t dtoh0 = fake_cuda_counts().dtoh;
 	fake_cuda_hold_events(1);
-	for (uint32_t i = 0; i < 5; i++) {
-		bool big = i == 4;
-		uint64_t off = big ? EARLY_BIG : (uint64_t)(i + 1) * EARLY_SMALL;
+	for (uint32_t i = 0, small = 0; i < 5; i++) {
+		bool big = i == (early_big_next ? 1u : 4u);
+		uint64_t off = big ? EARLY_BIG : (uint64_t)(++small) * EARLY_SMALL;
 		struct xfer_write w = {.src = ws.mr, .src_off = off, .dst = ws.dst, .dst_off = off,
 				       .len = big ? EARLY_BIG : EARLY_SMALL, .imm = IMM_EARLY, .flags = XFER_F_IMM};
 		CHECK_OK(xfer_write(ws.e, &w, NULL));
@@ -1143,15 +1146,25 @@ int main(int argc, char **argv)
 	if (!strncmp(mode, "write-early", 11)) {
 		/* The head's own, and the 64 KiB ones behind it (default), or
 		 * also the 1 MiB one (-all), or none (-none). */
-		early_want = strstr(mode, "-all") ? 5 : strstr(mode, "-none") ? 1 : 4;
+		early_big_next = strstr(mode, "-next") != NULL;
+		early_want = strstr(mode, "-all") || !strcmp(mode, "write-early-staged-next") ? 5
+			     : strstr(mode, "-none")					 ? 1
+											 : 4;
 		if (strstr(mode, "-all"))
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
+		if (!strcmp(mode, "write-early-staged-next"))
+			setenv("XFER_GPU_STAGE_AHEAD", "next", 1);
 		if (strstr(mode, "-none"))
 			setenv("XFER_GPU_STAGE_AHEAD", "0", 1);
 		return t_run_procs(1, early_target, early_source, NULL);
 	}
-	if (!strncmp(mode, "write-many", 10))
+	if (!strncmp(mode, "write-many", 10)) {
+		/* -next: the same writes with the next op's staging started while
+		 * the one before it posts. */
+		if (strstr(mode, "-next"))
+			setenv("XFER_GPU_STAGE_AHEAD", "next", 1);
 		return t_run_procs(1, many_target, many_source, NULL);
+	}
 	if (!strcmp(mode, "write-ring"))
 		return t_run_procs(1, ring_target, ring_source, NULL);
 	if (!strncmp(mode, "write-batch", 11)) {
