@@ -93,6 +93,13 @@
 #            Then row 1 (single 1 MiB) traced on shm with next, 16 slots;
 #            test_gpu staged/scatter-staged and test_gpu_signal staged on shm
 #            and tcp with next                                           ~150 s
+#   stagedab the staged rows A/B: STAGED_REPS (default 3) rounds, interleaved,
+#            on AB_PROVIDERS (default shm,tcp) of the variants AB_VARIANTS,
+#            NAME:VAR=v,VAR=v joined by + (ENV_gpu splits on spaces), e.g.
+#            default:+kdtoh:XFER_GPU_STAGE=kernel-dtoh; AB_TRACE=NAME,ROW
+#            traces one row of one variant on shm; AB_TESTS=NAME runs
+#            test_gpu staged/scatter-staged and test_gpu_signal staged on
+#            both providers with that variant's variables       ~4 s a step
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
 #            engine), XFER_GPU_BATCH=0 XFER_GPU_KERNEL_MAX=0 (one launch per
 #            call), XFER_GPU_SPREAD=1, XFER_GPU_INDEX=mapped              ~15 s
@@ -356,6 +363,42 @@ plan_slots11() {
 		step s11-test-signal-staged-$p 20 env XFER_GPU_STAGE_AHEAD=next XFER_TEST_PROVIDER=$p \
 			build/bin/test_gpu_signal staged
 	done
+}
+
+ab_envs() { # the variables of variant $1 of AB_VARIANTS, space-separated
+	local v
+	for v in ${AB_VARIANTS//+/ }; do
+		[ "${v%%:*}" = "$1" ] && { v=${v#*:}; echo "${v//,/ }"; return; }
+	done
+}
+plan_stagedab() {
+	local r p v n
+	: "${AB_VARIANTS:=default:}" "${AB_PROVIDERS:=shm,tcp}"
+	for r in $(seq "${STAGED_REPS:-3}"); do
+		for p in ${AB_PROVIDERS//,/ }; do
+			for v in ${AB_VARIANTS//+/ }; do
+				n=${v%%:*}
+				# shellcheck disable=SC2046 # a word list by design
+				step ab-staged-$p-$n-r$r 15 env $(ab_envs "$n") XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
+			done
+		done
+	done
+	if [ -n "${AB_TRACE:-}" ]; then
+		n=${AB_TRACE%%,*} r=${AB_TRACE#*,}
+		# shellcheck disable=SC2046
+		step ab-trace-$n-row$r 10 env $(ab_envs "$n") XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=$r \
+			XFER_GPU_TRACE="$out/ab-trace-$n-row$r.csv" $B
+	fi
+	if [ -n "${AB_TESTS:-}" ]; then
+		for p in shm tcp; do
+			for v in staged scatter-staged; do
+				# shellcheck disable=SC2046
+				step ab-test-$AB_TESTS-$v-$p 30 env $(ab_envs "$AB_TESTS") XFER_TEST_PROVIDER=$p $T $v
+			done
+			# shellcheck disable=SC2046
+			step ab-test-$AB_TESTS-signal-$p 20 env $(ab_envs "$AB_TESTS") XFER_TEST_PROVIDER=$p build/bin/test_gpu_signal staged
+		done
+	fi
 }
 
 plan_full() {

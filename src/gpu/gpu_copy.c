@@ -123,6 +123,7 @@ struct xi_gpu {
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
+	bool stage_kernel_dtoh; /* XFER_GPU_STAGE=kernel-dtoh: only those to mapped pinned memory (stagings) */
 	uint64_t stage_ahead; /* ops staging at most this many bytes start it behind a waiting FIFO head */
 	bool stage_next;      /* XFER_GPU_STAGE_AHEAD=next: the op behind the head stages, any size */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
@@ -187,6 +188,10 @@ struct xi_gpu *xi_gpu_create(void)
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
+	/* Device -> host only: the SMs' stores to the mirror are posted writes
+	 * over the bus, their loads from it (a landing) are round trips, which
+	 * is what made landings by kernel slower than by the copy engine. */
+	g->stage_kernel_dtoh = env_is("XFER_GPU_STAGE", "kernel-dtoh");
 	/* Early staging by default only for small ops: measured on an H200
 	 * (docs/performance.md, runs stage7-1..3), for every op it made staged
 	 * single 64 KiB writes 10-15 % faster on shm in each run, but 1 MiB
@@ -666,7 +671,7 @@ static int contiguous_job(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t l
 static int mapped_job(struct xi_gpu *g, uint64_t dst, uint64_t src, void *hdst, const void *hsrc, size_t len)
 {
 	CUdeviceptr mapped = 0;
-	if (!g->stage_kernel || len > g->kernel_max || len >= (1ull << 31))
+	if (!(g->stage_kernel || (g->stage_kernel_dtoh && hdst)) || len > g->kernel_max || len >= (1ull << 31))
 		return 1;
 	struct gpu_kernels *k = kernels_of(g, g->dev);
 	/* Not pinned and mapped (an application's host buffer): not a job. */

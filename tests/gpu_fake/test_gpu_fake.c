@@ -1179,7 +1179,9 @@ int main(int argc, char **argv)
 		if (batch_nomerge)
 			setenv("XFER_NOTICE_MERGE", "0", 1);
 		if (staged) {
-			setenv("XFER_GPU_STAGE", "kernel", 1);
+			/* -dtoh: stagings by kernel jobs, landings by the copy engine;
+			 * the source's counts are the same. */
+			setenv("XFER_GPU_STAGE", strstr(mode, "-dtoh") ? "kernel-dtoh" : "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
 		}
 		batch_kernel = !strcmp(mode, "write-batch-warp") ? 0 : !strcmp(mode, "write-batch-bulk") ? 2 : 1;
