@@ -123,9 +123,9 @@ struct xi_gpu {
 	bool lone_engine; /* XFER_GPU_LONE != kernel: a batch of one contiguous copy goes to the copy engine */
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
-	bool stage_kernel_dtoh; /* XFER_GPU_STAGE=kernel-dtoh: only those to mapped pinned memory (stagings) */
+	bool stage_kernel_dtoh; /* default (XFER_GPU_STAGE=kernel-dtoh): only those to mapped pinned memory (stagings) */
 	uint64_t stage_ahead; /* ops staging at most this many bytes start it behind a waiting FIFO head */
-	bool stage_next;      /* XFER_GPU_STAGE_AHEAD=next: the op behind the head stages, any size */
+	bool stage_next;      /* default (XFER_GPU_STAGE_AHEAD=next): the op behind the head stages, any size */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
 	 * its event) the stream writes a sequence number to a pinned host word,
 	 * which xi_gpu_poll reads instead of querying the event: a query that
@@ -188,23 +188,33 @@ struct xi_gpu *xi_gpu_create(void)
 	g->spread = env_is("XFER_GPU_SPREAD", "1");
 	g->lone_engine = !env_is("XFER_GPU_LONE", "kernel");
 	g->stage_kernel = env_is("XFER_GPU_STAGE", "kernel");
-	/* Device -> host only: the SMs' stores to the mirror are posted writes
-	 * over the bus, their loads from it (a landing) are round trips, which
-	 * is what made landings by kernel slower than by the copy engine. */
-	g->stage_kernel_dtoh = env_is("XFER_GPU_STAGE", "kernel-dtoh");
+	/* By default (kernel-dtoh) a source's stagings join the batch, device
+	 * -> host only: the SMs' stores to the mirror are posted writes over
+	 * the bus, their loads from it (a landing) are round trips, which is
+	 * what made landings by kernel slower than by the copy engine (runs
+	 * gpu5-1/2). Measured on one H200 (docs/performance.md, session 9,
+	 * 3 rounds): staged single 64 KiB +14-17 % GPU GB/s on shm and tcp,
+	 * the other rows within the spread. XFER_GPU_STAGE=engine: every
+	 * staging copy by the copy engine. */
+	g->stage_kernel_dtoh = !g->stage_kernel && !env_is("XFER_GPU_STAGE", "engine");
 	/* Early staging by default only for small ops: measured on an H200
 	 * (docs/performance.md, runs stage7-1..3), for every op it made staged
 	 * single 64 KiB writes 10-15 % faster on shm in each run, but 1 MiB
 	 * singles and 64 MiB paged writes slower (their copies then compete
 	 * with the transfer of the op before them). XFER_GPU_STAGE_AHEAD=1:
-	 * every op, =0: none. */
+	 * every op, =0: none, =small: those alone (no "next" below). */
 	g->stage_ahead = env_is("XFER_GPU_STAGE_AHEAD", "1")   ? UINT64_MAX
 			 : env_is("XFER_GPU_STAGE_AHEAD", "0") ? 0
 							       : XI_GPU_STAGE_AHEAD_MAX;
-	/* XFER_GPU_STAGE_AHEAD=next: as the default, and the op right behind
-	 * the one being posted stages whatever its size (double buffering: its
-	 * copy runs while the transport takes the op before it). */
-	g->stage_next = env_is("XFER_GPU_STAGE_AHEAD", "next");
+	/* And by default (next) the op right behind the one being posted
+	 * stages whatever its size (double buffering: its copy runs while the
+	 * transport takes the op before it; traced on one H200, a 1 MiB
+	 * write's source copies went from one every ~100 us, each after the
+	 * op before it left, to one every ~25 us). Measured (docs/performance.md,
+	 * session 9, 5 rounds on two hosts): staged tcp single 1 MiB GPU GB/s
+	 * +19 % on average, no row worse beyond the spread. */
+	g->stage_next = !env_is("XFER_GPU_STAGE_AHEAD", "small") && !env_is("XFER_GPU_STAGE_AHEAD", "0") &&
+			!env_is("XFER_GPU_STAGE_AHEAD", "1");
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in

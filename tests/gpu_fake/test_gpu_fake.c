@@ -42,6 +42,13 @@
  *       XFER_GPU_STAGE=kernel and XFER_GPU_STAGE_AHEAD=1: the staging copies
  *       of the calls queued behind the first start while it waits and share
  *       launches (fewer launches than aligned calls), every byte lands once
+ *   write-batch-staged-dtoh  the same with XFER_GPU_STAGE=kernel-dtoh (the
+ *       default: stagings by kernel jobs, landings by the copy engine)
+ *   write-many[-staged[-small]]  300 writes in a row; staged, each op staged
+ *       once as a copy-engine copy (XFER_GPU_STAGE=engine), with the default
+ *       XFER_GPU_STAGE_AHEAD=next or =small
+ *   write-early-staged[-all|-none|-next|-next-small]  which staging copies
+ *       start behind a held FIFO head (see "early staging" below)
  *   write-batch-warp | write-batch-bulk  write-batch with XFER_GPU_PAGES=warp
  *       (every launch by the warp kernel; by default the tile kernel's) or
  *       =bulk (aligned launches by the bulk kernel, the unaligned one by the
@@ -987,9 +994,11 @@ static int many_source(int n, const int *fds, void *arg)
  * held): by default the 4 of 64 KiB behind it start their staging at once
  * (they stage at most XI_GPU_STAGE_AHEAD_MAX bytes), the one of 1 MiB
  * waits for its turn; XFER_GPU_STAGE_AHEAD=1 (-all) starts it too, =0
- * (-none) none. -next: the 1 MiB write is the one right behind the head
- * and XFER_GPU_STAGE_AHEAD=next starts it as well (the default would not:
- * -next-default). Each op stages once, and every byte and immediate lands. */
+ * (-none) none. -next: the 1 MiB write is the one right behind the head,
+ * which the default (XFER_GPU_STAGE_AHEAD=next) starts as well, =small
+ * not (-next-small). Each op stages once, and every byte and immediate
+ * lands. The copies are counted as copy-engine DtoH copies: these modes
+ * set XFER_GPU_STAGE=engine (stagings by kernel jobs: write-batch-staged*). */
 #define EARLY_SMALL (64u << 10)
 #define EARLY_BIG (1u << 20)
 #define EARLY_LEN (2u << 20)
@@ -1150,19 +1159,22 @@ int main(int argc, char **argv)
 		early_want = strstr(mode, "-all") || !strcmp(mode, "write-early-staged-next") ? 5
 			     : strstr(mode, "-none")					 ? 1
 											 : 4;
+		setenv("XFER_GPU_STAGE", "engine", 1);
 		if (strstr(mode, "-all"))
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
-		if (!strcmp(mode, "write-early-staged-next"))
-			setenv("XFER_GPU_STAGE_AHEAD", "next", 1);
+		if (strstr(mode, "-small"))
+			setenv("XFER_GPU_STAGE_AHEAD", "small", 1);
 		if (strstr(mode, "-none"))
 			setenv("XFER_GPU_STAGE_AHEAD", "0", 1);
 		return t_run_procs(1, early_target, early_source, NULL);
 	}
 	if (!strncmp(mode, "write-many", 10)) {
-		/* -next: the same writes with the next op's staging started while
-		 * the one before it posts. */
-		if (strstr(mode, "-next"))
-			setenv("XFER_GPU_STAGE_AHEAD", "next", 1);
+		/* Counted as copy-engine DtoH copies (XFER_GPU_STAGE=engine);
+		 * -small: without the next op's staging started while the one
+		 * before it posts (the default's next). */
+		setenv("XFER_GPU_STAGE", "engine", 1);
+		if (strstr(mode, "-small"))
+			setenv("XFER_GPU_STAGE_AHEAD", "small", 1);
 		return t_run_procs(1, many_target, many_source, NULL);
 	}
 	if (!strcmp(mode, "write-ring"))
@@ -1179,8 +1191,9 @@ int main(int argc, char **argv)
 		if (batch_nomerge)
 			setenv("XFER_NOTICE_MERGE", "0", 1);
 		if (staged) {
-			/* -dtoh: stagings by kernel jobs, landings by the copy engine;
-			 * the source's counts are the same. */
+			/* -dtoh (the default, set here all the same): stagings by
+			 * kernel jobs, landings by the copy engine; the source's counts
+			 * are the same. */
 			setenv("XFER_GPU_STAGE", strstr(mode, "-dtoh") ? "kernel-dtoh" : "kernel", 1);
 			setenv("XFER_GPU_STAGE_AHEAD", "1", 1);
 		}
