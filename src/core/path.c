@@ -754,9 +754,10 @@ static bool stages_at_most(const struct op *op, uint64_t max)
  * op before it has left the FIFO. Their requests still go in FIFO order.
  * Restaging bytes an op before it still sends is harmless: a source may not
  * change until its write completes, so the bytes are the same.
- * XFER_GPU_STAGE_AHEAD=next: the op right behind the head stages too,
- * whatever its size (only one: a big op's copy then overlaps the transfer
- * before it without a queue of big copies competing with it). */
+ * By default (XFER_GPU_STAGE_AHEAD=next; not with =small) the op right
+ * behind the head stages too, whatever its size (only one: a big op's copy
+ * then overlaps the transfer before it without a queue of big copies
+ * competing with it). */
 static void stage_ahead(struct worker *w, struct op *head)
 {
 	const uint64_t max = xi_gpu_stage_ahead(w->gpu);
@@ -777,9 +778,10 @@ int xi_path_post_pending(struct worker *w)
 {
 	int n = 0;
 	for (struct op *op; (op = xi_op_fifo_head(w));) {
-		/* XFER_GPU_STAGE_AHEAD=next: the next op's staging copy starts
-		 * before this one's requests go, so that it runs while the
-		 * transport takes them (on xfer's shm the post itself copies). */
+		/* By default (XFER_GPU_STAGE_AHEAD=next) the next op's staging
+		 * copy starts before this one's requests go, so that it runs
+		 * while the transport takes them (on xfer's shm the post itself
+		 * copies). */
 		if (op->src_mirror && op->src_staged && xi_gpu_stage_next(w->gpu))
 			stage_ahead(w, op);
 		if (op->path->post(w, op) == -EAGAIN) {

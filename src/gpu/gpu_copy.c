@@ -671,7 +671,8 @@ static int contiguous_job(struct xi_gpu *g, uint64_t dst, uint64_t src, size_t l
 	return 0;
 }
 
-/* XFER_GPU_STAGE=kernel: a copy between device memory and pinned host
+/* XFER_GPU_STAGE=kernel (both ways) or kernel-dtoh (the default: device
+ * to host only): a copy between device memory and pinned host
  * memory mapped into the device (a staged region's mirror) as a job of the
  * kernel's next launch, so that the staging copies of the calls of one turn
  * share a launch and an event rather than costing a copy-engine call and an

@@ -115,11 +115,12 @@ void xi_gpu_prepare(struct xi_gpu *g, int dev);
 int xi_gpu_poll(struct xi_gpu *g, struct xi_gpu_event *ev, int max);
 /* The most bytes an op may stage for the worker to start its source
  * staging while it is still queued behind one that waits (core/path.c):
- * XI_GPU_STAGE_AHEAD_MAX by default, XFER_GPU_STAGE_AHEAD=1 every op, =0
- * none. */
+ * XI_GPU_STAGE_AHEAD_MAX by default (and =small), XFER_GPU_STAGE_AHEAD=1
+ * every op, =0 none. */
 uint64_t xi_gpu_stage_ahead(const struct xi_gpu *g);
-/* XFER_GPU_STAGE_AHEAD=next: besides those, the op right behind the FIFO
- * head stages whatever its size, also while the head is being posted. */
+/* By default (XFER_GPU_STAGE_AHEAD=next; not with =small, =1 or =0):
+ * besides those, the op right behind the FIFO head stages whatever its
+ * size, also while the head is being posted. */
 bool xi_gpu_stage_next(const struct xi_gpu *g);
 /* A CUDA context was made current for it (its first copy, staging or
  * mapping): from then on its turns stay on the worker (core/drive.c). */
