@@ -136,6 +136,9 @@ void side_close(struct side *x)
 	CK(cudaFreeHost(x->host2));
 }
 
+// The modes in which process B copies (H2D) too.
+bool b_copies(int mode) { return mode == PAIR || mode == H2D || mode == PAIR4; }
+
 uint64_t seed_of(int r, int mode) { return 7000 + 16 * (uint64_t)r + (uint64_t)mode; }
 
 // One call of row r: D2H dev -> host, H2D host -> dev (MEMCPY: host -> host2
@@ -254,18 +257,26 @@ struct cres run_copies(struct side *x, int r, int mode, uint64_t t_start, uint64
 	return (struct cres){done && secs > 0 ? (double)w.bytes * (double)done / secs / 1e9 : 0, done, 0};
 }
 
+// One call of row r by the CPU: host -> host2, the pages permuted as the
+// copies' are.
+void host_copy(struct side *x, const struct crow &w)
+{
+	char *src = (char *)x->host, *dst = (char *)x->host2;
+	if (!w.pages) {
+		memcpy(dst, src, w.bytes);
+		return;
+	}
+	for (uint32_t i = 0; i < NPAGES; i++)
+		memcpy(dst + (size_t)x->dp[i] * PAGE, src + (size_t)x->sp[i] * PAGE, PAGE);
+}
+
 struct cres run_memcpy(struct side *x, int r, uint64_t t_start, uint64_t t_end)
 {
 	const struct crow &w = rows[r];
 	uint64_t done = 0, t_last = t_start;
-	char *src = (char *)x->host, *dst = (char *)x->host2;
 	wait_until(t_start);
 	for (;;) {
-		if (!w.pages)
-			memcpy(dst, src, w.bytes);
-		else
-			for (uint32_t i = 0; i < NPAGES; i++)
-				memcpy(dst + (size_t)x->dp[i] * PAGE, src + (size_t)x->sp[i] * PAGE, PAGE);
+		host_copy(x, w);
 		uint64_t t = mono_ns();
 		if (t >= t_end)
 			break; // ended outside the window: not counted
@@ -282,19 +293,14 @@ struct cres run_fresh(struct side *x, int r, uint64_t t_start, uint64_t t_end)
 {
 	const struct crow &w = rows[r];
 	uint64_t done = 0, busy = 0;
-	char *src = (char *)x->host, *dst = (char *)x->host2;
 	wait_until(t_start);
 	while (mono_ns() < t_end) {
 		// One contiguous copy of the whole source, pages or not: the page
 		// memcpys below then permute it as the MEMCPY mode does.
-		CK(cudaMemcpyAsync(src, x->dev, w.bytes, cudaMemcpyDeviceToHost, x->s));
+		CK(cudaMemcpyAsync(x->host, x->dev, w.bytes, cudaMemcpyDeviceToHost, x->s));
 		CK(cudaStreamSynchronize(x->s));
 		uint64_t t0 = mono_ns();
-		if (!w.pages)
-			memcpy(dst, src, w.bytes);
-		else
-			for (uint32_t i = 0; i < NPAGES; i++)
-				memcpy(dst + (size_t)x->dp[i] * PAGE, src + (size_t)x->sp[i] * PAGE, PAGE);
+		host_copy(x, w);
 		busy += mono_ns() - t0;
 		done++;
 	}
@@ -313,7 +319,7 @@ void follower(int fd)
 		if (m.cmd == END)
 			break;
 		int r = (int)m.row, mode = (int)m.mode;
-		bool mine = mode == PAIR || mode == H2D || mode == PAIR4;
+		bool mine = b_copies(mode);
 		if (m.cmd == PREP) {
 			if (mine)
 				prep(&x, r, H2D);
@@ -359,7 +365,7 @@ int leader(int fd, const double *host_gbs)
 		struct cres a[NMODE], b[NMODE];
 		uint64_t bad = 0;
 		for (int mode = 0; mode < NMODE; mode++) {
-			bool mine = mode != H2D, theirs = mode == PAIR || mode == H2D || mode == PAIR4;
+			bool mine = mode != H2D, theirs = b_copies(mode);
 			int what = mode == MEMCPY || mode == FRESH ? mode : D2H;
 			struct cmsg m = {PREP, (uint64_t)r, (uint64_t)mode, 0, 0};
 			if (theirs) {
