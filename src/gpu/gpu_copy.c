@@ -213,8 +213,7 @@ struct xi_gpu *xi_gpu_create(void)
 	 * op before it left, to one every ~25 us). Measured (docs/performance.md,
 	 * session 9, 5 rounds on two hosts): staged tcp single 1 MiB GPU GB/s
 	 * +19 % on average, no row worse beyond the spread. */
-	g->stage_next = !env_is("XFER_GPU_STAGE_AHEAD", "small") && !env_is("XFER_GPU_STAGE_AHEAD", "0") &&
-			!env_is("XFER_GPU_STAGE_AHEAD", "1");
+	g->stage_next = g->stage_ahead == XI_GPU_STAGE_AHEAD_MAX && !env_is("XFER_GPU_STAGE_AHEAD", "small");
 	/* On by default: in run gpu6-2 (one H200, 3 runs each, same session)
 	 * lone writes ran 1.10x (64 KiB), 1.15x (1 MiB) and 1.04x (16 MiB) as
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
