@@ -86,13 +86,6 @@
 #            (default shm; shm,tcp for both): the staged rows, then the ceiling rows in the same
 #            two processes, each with pair / the staged row's host GB/s;
 #            CEIL_TRACE=0,1: those staged rows alone, traced (XFER_GPU_TRACE)  ~25 s
-#   slots11  issue 14's staged rows, session 9: STAGED_REPS (default 2) rounds,
-#            interleaved, on shm and tcp, of four variants: default; calls
-#            over 16 slots of the regions (XFER_BENCH_STAGED_SLOTS=16); the
-#            next op staged while one posts (XFER_GPU_STAGE_AHEAD=next); both.
-#            Then row 1 (single 1 MiB) traced on shm with next, 16 slots;
-#            test_gpu staged/scatter-staged and test_gpu_signal staged on shm
-#            and tcp with next                                           ~150 s
 #   stagedab the staged rows A/B: STAGED_REPS (default 3) rounds, interleaved,
 #            on AB_PROVIDERS (default shm,tcp) of the variants AB_VARIANTS,
 #            NAME:VAR=v,VAR=v joined by + (ENV_gpu splits on spaces), e.g.
@@ -340,28 +333,6 @@ plan_ceil9() {
 			step ceil9-trace-$p-row$r 10 env XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p XFER_BENCH_ROW=$r \
 				XFER_GPU_TRACE="$out/ceil9-trace-$p-row$r.csv" $B
 		done
-	done
-}
-
-plan_slots11() {
-	local r p v
-	for r in $(seq "${STAGED_REPS:-2}"); do
-		for p in shm tcp; do
-			for v in default:XFER_BENCH_STAGED_SLOTS=1 slots:XFER_BENCH_STAGED_SLOTS=16 \
-				next:XFER_GPU_STAGE_AHEAD=next both:XFER_BENCH_STAGED_SLOTS=16,XFER_GPU_STAGE_AHEAD=next; do
-				envs=${v#*:}
-				step s11-staged-$p-${v%%:*}-r$r 15 env ${envs//,/ } XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$p $B
-			done
-		done
-	done
-	step s11-trace-s1m-shm-both 10 env XFER_BENCH_STAGED_SLOTS=16 XFER_GPU_STAGE_AHEAD=next XFER_BENCH_ONLY=staged \
-		XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=1 XFER_GPU_TRACE="$out/s11-trace-s1m-shm-both.csv" $B
-	for p in shm tcp; do
-		for m in staged scatter-staged; do
-			step s11-test-$m-$p 30 env XFER_GPU_STAGE_AHEAD=next XFER_TEST_PROVIDER=$p $T $m
-		done
-		step s11-test-signal-staged-$p 20 env XFER_GPU_STAGE_AHEAD=next XFER_TEST_PROVIDER=$p \
-			build/bin/test_gpu_signal staged
 	done
 }
 
