@@ -299,6 +299,9 @@ static int turn(struct worker *w, uint64_t now, bool watch)
 	n += xi_rx_take_reposts(w);
 	bool drained;
 	n += poll_nics(w, &drained);
+	/* Landings the notices just taken started wait in one batch (as the
+	 * posts' kernel jobs do): to the GPU now, once for all of them. */
+	xi_gpu_flush(w->gpu);
 	/* Liveness verdicts wait for a drained queue: a PONG still queued here
 	 * is no miss (core/liveness.c). */
 	if (drained)

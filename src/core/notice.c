@@ -570,8 +570,8 @@ void xi_notice_received(struct worker *w, const struct xi_notice *n)
 			for (uint32_t i = 0; i < n->nranges && ret == 1; i++) {
 				uint64_t off, len;
 				xi_notice_range(n, i, &off, &len);
-				ret = xi_gpu_copy_add(w->gpu, (uint64_t)(uintptr_t)mr->buf + off, 0,
-						      (const uint8_t *)mr->reg_buf + off, len);
+				ret = xi_gpu_copy_add_land(w->gpu, (uint64_t)(uintptr_t)mr->buf + off,
+							   (const uint8_t *)mr->reg_buf + off, len);
 				if (!ret && i + 1 < n->nranges)
 					ret = 1;
 			}

@@ -124,6 +124,19 @@ struct xi_gpu {
 	int pages_kind;   /* XFER_GPU_PAGES: PAGES_AUTO (default), PAGES_WARP, PAGES_TILE or PAGES_BULK */
 	bool stage_kernel; /* XFER_GPU_STAGE=kernel: copies to/from mapped pinned memory join the kernel's batch */
 	bool stage_kernel_dtoh; /* default (XFER_GPU_STAGE=kernel-dtoh): only those to mapped pinned memory (stagings) */
+	/* Landings (mirror -> device) queued for one cuMemcpyBatchAsync when
+	 * the open batch launches, before its kernel (XFER_GPU_LAND=batch, the
+	 * default): on the target of staged writes the worker also makes the
+	 * transport's copies (xfer's shm pulls), and a copy, its word and its
+	 * event apiece cost it ~2.4 us a landing (traced on an H200, session 9).
+	 * The pieces of copies ended so far and of the one being built. */
+	bool land_batch;
+	size_t nland;
+	uint32_t land_trace; /* their trace record (XFER_GPU_TRACE), while land_traced */
+	bool land_traced;
+	bool cur_land;       /* the copy being built has pieces among them */
+	CUdeviceptr land_dst[XI_GPU_BATCH], land_src[XI_GPU_BATCH];
+	size_t land_len[XI_GPU_BATCH];
 	uint64_t stage_ahead; /* ops staging at most this many bytes start it behind a waiting FIFO head */
 	bool stage_next;      /* default (XFER_GPU_STAGE_AHEAD=next): the op behind the head stages, any size */
 	/* Copy-end words (unless XFER_GPU_DONE=event): after each copy (before
@@ -219,6 +232,7 @@ struct xi_gpu *xi_gpu_create(void)
 	 * fast as with event queries, and equal from 256 MiB and at 16 in
 	 * flight (docs/performance.md). XFER_GPU_DONE=event: queries only. */
 	g->done_flag = !env_is("XFER_GPU_DONE", "event") && c->cuStreamWriteValue32;
+	g->land_batch = !env_is("XFER_GPU_LAND", "each") && c->cuMemcpyBatchAsync;
 	/* Tile for most launches: in run gpu5-1 (one H200, 3 runs each, same
 	 * session) it was the best or within noise of the best on every paged
 	 * row and the steadiest; bulk where it wins (XI_BULK_MIN_PAGE). */
@@ -414,18 +428,104 @@ static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot
 	return seq;
 }
 
-/* Launches the open batch: every job queued since the last launch, one
- * kernel, then one event for all the copies that ended with a job in it (the
- * last kb.waiting entries of the ring). A failed launch fails those copies
- * (and the one being built, if its job was in it). */
+/* Launches the open batch: the landings queued since the last launch as one
+ * batched copy, every kernel job as one kernel, then one event for all the
+ * copies that ended with work in it (the last kb.waiting entries of the
+ * ring). A failure fails those copies (and the one being built, if its work
+ * was in it). */
+static bool issue_lands(struct xi_gpu *g, CUstream st);
+static bool launch_jobs(struct xi_gpu *g, CUstream st);
+
 static void launch_batch(struct xi_gpu *g)
 {
 	struct kbatch *b = &g->kb;
-	if (!b->a.njobs)
+	if (!b->a.njobs && !g->nland)
 		return;
 	const struct cuda_api *c = g->c;
-	struct gpu_kernels *k = &g->k[b->dev];
 	CUstream st = stream_of(g, b->dev);
+	/* Landings first: they are the batch's only host-to-device work, and
+	 * every copy of the batch waits for the one event below anyway. */
+	bool lands_ok = !g->nland || (st && issue_lands(g, st));
+	bool ok = lands_ok;
+	if (b->a.njobs)
+		ok = launch_jobs(g, st) && ok;
+	CUevent ev = NULL;
+	uint32_t fslot = (g->head + g->count - 1) % XI_GPU_RING, seq = 0;
+	if (ok && b->waiting) {
+		seq = write_flag(g, b->dev, st, fslot);
+		ev = g->events[b->dev][fslot];
+		ok = !c->cuEventRecord(ev, st);
+	}
+	if (g->trace) {
+		uint64_t now = xi_gpu_trace_now();
+		if (b->a.njobs)
+			xi_gpu_trace_rec(g->trace, b->trace)->t_recorded = now;
+		if (g->land_traced)
+			xi_gpu_trace_rec(g->trace, g->land_trace)->t_recorded = now;
+	}
+	for (uint32_t i = 0; i < b->waiting; i++) {
+		struct gpu_wait *wt = &g->ring[(g->head + g->count - 1 - i) % XI_GPU_RING];
+		wt->event = ok ? ev : NULL;
+		wt->failed = !ok;
+		wt->flag_seq = seq;
+		wt->flag_slot = fslot;
+	}
+	if (!ok) {
+		xerr("GPU copies failed to start (%s): their %u call(s) fail", lands_ok ? "kernel launch" : "landings",
+		     b->a.njobs + b->waiting);
+		if (g->cur_in_batch)
+			g->cur_failed = true;
+	}
+	g->cur_in_batch = false;
+	g->cur_land = false;
+	g->land_traced = false;
+	b->a.njobs = 0;
+	b->a.items = 0;
+	b->a.trace = 0;
+	b->waiting = 0;
+	b->bytes = 0;
+	b->dev = -1;
+	b->lone_hdst = NULL;
+	b->lone_hsrc = NULL;
+	b->big_pages = false;
+}
+
+/* The driver's batched copy of the queued landings, or (refused) one copy
+ * each from now on: copies are idempotent, so a batch the driver refused
+ * part-way is redone whole. */
+static bool issue_lands(struct xi_gpu *g, CUstream st)
+{
+	size_t n = g->nland, first = 0;
+	g->nland = 0;
+	struct xi_trace_rec *tr = g->land_traced ? xi_gpu_trace_rec(g->trace, g->land_trace) : NULL;
+	if (tr)
+		tr->t_launch = xi_gpu_trace_now();
+	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+	bool ok = g->land_batch && !g->c->cuMemcpyBatchAsync(g->land_dst, g->land_src, g->land_len, n, &attr, &first,
+								    1, st);
+	if (!ok) {
+		if (g->land_batch)
+			xwarn("the driver refused a batched host-to-device copy; landings copy one by one");
+		g->land_batch = false;
+		ok = true;
+		for (size_t i = 0; i < n && ok; i++)
+			ok = !g->c->cuMemcpyHtoDAsync(g->land_dst[i], (const void *)(uintptr_t)g->land_src[i],
+						      g->land_len[i], st);
+	}
+	if (tr) {
+		tr->t_launched = xi_gpu_trace_now();
+		tr->rt_launched = xi_gpu_trace_realtime();
+	}
+	return ok;
+}
+
+/* The open batch's kernel jobs: one launch (or the copy engine, for one
+ * contiguous copy alone). */
+static bool launch_jobs(struct xi_gpu *g, CUstream st)
+{
+	struct kbatch *b = &g->kb;
+	const struct cuda_api *c = g->c;
+	struct gpu_kernels *k = &g->k[b->dev];
 	/* The kernel: bulk for the launches it takes (bulk copies need every
 	 * address and length aligned), else tile, else the warp kernel. */
 	CUfunction fn = k->fn;
@@ -482,37 +582,7 @@ static void launch_batch(struct xi_gpu *g)
 		tr->t_launched = xi_gpu_trace_now();
 		tr->rt_launched = xi_gpu_trace_realtime();
 	}
-	CUevent ev = NULL;
-	uint32_t fslot = (g->head + g->count - 1) % XI_GPU_RING, seq = 0;
-	if (ok && b->waiting) {
-		seq = write_flag(g, b->dev, st, fslot);
-		ev = g->events[b->dev][fslot];
-		ok = !c->cuEventRecord(ev, st);
-	}
-	if (tr)
-		tr->t_recorded = xi_gpu_trace_now();
-	for (uint32_t i = 0; i < b->waiting; i++) {
-		struct gpu_wait *wt = &g->ring[(g->head + g->count - 1 - i) % XI_GPU_RING];
-		wt->event = ok ? ev : NULL;
-		wt->failed = !ok;
-		wt->flag_seq = seq;
-		wt->flag_slot = fslot;
-	}
-	if (!ok) {
-		xerr("GPU copy kernel launch failed: its %u call(s) fail", b->a.njobs);
-		if (g->cur_in_batch)
-			g->cur_failed = true;
-	}
-	g->cur_in_batch = false;
-	b->a.njobs = 0;
-	b->a.items = 0;
-	b->a.trace = 0;
-	b->waiting = 0;
-	b->bytes = 0;
-	b->dev = -1;
-	b->lone_hdst = NULL;
-	b->lone_hsrc = NULL;
-	b->big_pages = false;
+	return ok;
 }
 
 void xi_gpu_flush(struct xi_gpu *g)
@@ -532,7 +602,7 @@ static void add_job(struct xi_gpu *g, struct xi_pages_job *j, uint64_t bytes, bo
 			   b->a.items + items >= (1ull << 31)))
 		launch_batch(g);
 	if (!b->a.njobs) {
-		b->dev = g->dev;
+		b->dev = g->dev; /* landings queued before are this device's too (xi_gpu_copy_begin) */
 		b->a.aligned = aligned;
 		b->lone_hdst = NULL;
 		b->lone_hsrc = NULL;
@@ -612,7 +682,7 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
 		launch_batch(g); /* so that the copies holding the ring can finish */
 		return -EAGAIN;
 	}
-	if (g->kb.a.njobs && g->kb.dev != dev)
+	if ((g->kb.a.njobs || g->nland) && g->kb.dev != dev)
 		launch_batch(g); /* a batch is one device's */
 	if (!stream_of(g, dev))
 		return -XFER_ENOGPU;
@@ -719,6 +789,36 @@ int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *sr
 	return g->c->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, len, st) ? -EIO : 0;
 }
 
+int xi_gpu_copy_add_land(struct xi_gpu *g, uint64_t dst, const void *mirror, size_t len)
+{
+	if (!len)
+		return 0;
+	int ret = mapped_job(g, dst, 0, NULL, mirror, len); /* XFER_GPU_STAGE=kernel */
+	if (ret != 1 || !g->land_batch)
+		return ret != 1 ? ret : xi_gpu_copy_add(g, dst, 0, mirror, len);
+	if (g->nland == XI_GPU_BATCH)
+		launch_batch(g); /* the copy being built, if it has pieces in it, gets its own event at end */
+	struct kbatch *b = &g->kb;
+	if (!b->a.njobs && !g->nland)
+		b->dev = g->dev;
+	if (g->trace && !g->land_traced) {
+		g->land_trace = xi_gpu_trace_open(g->trace, XI_TRACE_ENGINE);
+		g->land_traced = true;
+		xi_gpu_trace_rec(g->trace, g->land_trace)->t_open = g->t_begin;
+	}
+	if (g->land_traced) {
+		struct xi_trace_rec *tr = xi_gpu_trace_rec(g->trace, g->land_trace);
+		tr->calls += !g->cur_land;
+		tr->bytes += len;
+	}
+	g->land_dst[g->nland] = (CUdeviceptr)dst;
+	g->land_src[g->nland] = (CUdeviceptr)(uintptr_t)mirror;
+	g->land_len[g->nland++] = len;
+	g->cur_in_batch = true;
+	g->cur_land = true;
+	return 0;
+}
+
 int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len)
 {
 	if (!len)
@@ -773,11 +873,13 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx)
 	uint32_t slot = (g->head + g->count) % XI_GPU_RING;
 	if (g->cur_in_batch) {
 		/* Its event comes with the batch's launch. */
-		g->ring[slot] = (struct gpu_wait){.ctx = ctx, .dev = g->dev, .idx_bytes = g->pend_idx, .trace = g->kb.trace};
+		g->ring[slot] = (struct gpu_wait){.ctx = ctx, .dev = g->dev, .idx_bytes = g->pend_idx,
+						  .trace = g->cur_land ? g->land_trace : g->kb.trace};
 		g->kb.waiting++;
 		g->pend_idx = 0;
 		g->count++;
 		g->cur_in_batch = false;
+		g->cur_land = false;
 		if (!g->batch_calls || g->count == XI_GPU_RING)
 			launch_batch(g);
 		return 0;
@@ -882,6 +984,9 @@ void xi_gpu_forget(struct xi_gpu *g)
 	g->kb.dev = -1;
 	g->kb.big_pages = false;
 	g->cur_in_batch = false;
+	g->nland = 0;
+	g->land_traced = false;
+	g->cur_land = false;
 	for (int dev = 0; dev < XI_GPU_DEVS; dev++)
 		g->k[dev].used = 0;
 }

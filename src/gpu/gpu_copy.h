@@ -70,6 +70,11 @@ void xi_gpu_ipc_close(uint64_t ptr);
 int xi_gpu_copy_begin(struct xi_gpu *g, int dev);
 /* src_host NULL: device to device from src, else host to device. */
 int xi_gpu_copy_add(struct xi_gpu *g, uint64_t dst, uint64_t src, const void *src_host, size_t len);
+/* Host to device from a registered mirror (pinned memory known to the
+ * driver): a landing. By default the landings of one worker turn go to the
+ * driver as one batched copy with one event (xi_gpu_flush), like kernel
+ * jobs; XFER_GPU_LAND=each: one copy-engine copy and event apiece. */
+int xi_gpu_copy_add_land(struct xi_gpu *g, uint64_t dst, const void *mirror, size_t len);
 /* Device to (pinned) host memory: a staging copy the worker does not wait for. */
 int xi_gpu_copy_add_dtoh(struct xi_gpu *g, void *dst_host, uint64_t src, size_t len);
 /* Device to device, handed to the driver in batches (one call costs about
@@ -85,8 +90,9 @@ int xi_gpu_copy_end(struct xi_gpu *g, void *ctx);
 /* The device address of mapped pinned host memory (a region's mirror),
  * for kernels that gather into it or scatter from it: 0 or -EIO. */
 int xi_gpu_host_dev(struct xi_gpu *g, void *host, uint64_t *dev);
-/* Launches the kernel jobs of the copies ended so far: the worker calls it
- * once it has posted what it could in a turn. */
+/* Launches the kernel jobs and batched landings of the copies ended so
+ * far: the worker calls it once it has posted what it could in a turn, and
+ * after it has taken what its NICs returned (notices start landings). */
 void xi_gpu_flush(struct xi_gpu *g);
 
 /* Pages of a paged copy between device addresses (the destination may be a

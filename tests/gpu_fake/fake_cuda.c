@@ -521,7 +521,18 @@ static CUresult f_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, siz
 	if (!n || !nattrs || idx[0] != 0 || attrs[0].srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM)
 		return ERR;
 	pthread_mutex_lock(&lock);
-	counts.dtod += n;
+	counts.batches++;
+	/* Counted by direction, as the single copies are: "device" memory is
+	 * this fake's allocations, anything else host memory. */
+	for (size_t i = 0; i < n; i++) {
+		bool to_dev = find(dsts[i]) != NULL, from_dev = find(srcs[i]) != NULL;
+		if (to_dev && !from_dev)
+			counts.htod++;
+		else if (from_dev && !to_dev)
+			counts.dtoh++;
+		else
+			counts.dtod++;
+	}
 	pthread_mutex_unlock(&lock);
 	for (size_t i = 0; i < n; i++) {
 		CUresult r = enqueue(s, (void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i], sizes[i]);

@@ -25,6 +25,7 @@ struct fake_cuda_counts {
 	uint64_t launches; /* copy-kernel launches */
 	uint64_t by_kernel[3]; /* ... of the warp, tile and bulk kernels (XFER_GPU_PAGES) */
 	uint64_t jobs;     /* calls' copies they carried (several per launch when batched) */
+	uint64_t batches;  /* cuMemcpyBatchAsync calls (their copies counted by direction above) */
 	uint64_t syncs;    /* cuStreamSynchronize calls: a thread blocked on the GPU */
 	uint64_t write_values; /* cuStreamWriteValue32 calls (copy-end words) */
 	uint64_t events_done;  /* event queries that found the work done */

@@ -44,6 +44,13 @@
  *       launches (fewer launches than aligned calls), every byte lands once
  *   write-batch-staged-dtoh  the same with XFER_GPU_STAGE=kernel-dtoh (the
  *       default: stagings by kernel jobs, landings by the copy engine)
+ *   land-batch | land-each  the worker's GPU copy engine alone (no engine,
+ *       no peer): landings (mirror -> device copies) of copies ended one
+ *       after the other wait for the flush and go to the driver as one
+ *       batched copy with one event (or, XFER_GPU_LAND=each, one copy each);
+ *       a device copy in between sends the open batch first, a copy of more
+ *       pieces than a batch holds is split, every copy reported once, in
+ *       order, with its bytes in place
  *   write-many[-staged[-small]]  300 writes in a row; staged, each op staged
  *       once as a copy-engine copy (XFER_GPU_STAGE=engine), with the default
  *       XFER_GPU_STAGE_AHEAD=next or =small
@@ -1124,6 +1131,80 @@ static int ahead_source(int n, const int *fds, void *arg)
 	return 0;
 }
 
+/* ------------------------------------------------ landings, copy engine */
+
+#define L_COPIES 8   /* one-piece landings: 3, a device copy, then 5 */
+#define L_LEN 5000   /* odd: no kernel would take it */
+#define L_PIECES 600 /* one copy of more pieces than a batch holds (XI_GPU_BATCH) */
+
+static int land_run(bool batched)
+{
+	fake_cuda_install();
+	struct xi_gpu *g = xi_gpu_create();
+	const size_t dlen = (size_t)(L_COPIES + 1) * L_LEN + (size_t)L_PIECES * 64;
+	uint8_t *dev = fake_cuda_alloc(dlen, 0), *devsrc = fake_cuda_alloc(L_LEN, 0), *mirror = malloc(dlen);
+	CHECK(g && dev && devsrc && mirror);
+	t_fill(mirror, dlen, 7);
+	t_fill(devsrc, L_LEN, 8);
+	struct fake_cuda_counts c0 = fake_cuda_counts();
+	int ctx[L_COPIES + 2];
+	/* Copy k (k != 3): L_LEN bytes of the mirror at k * L_LEN; copy 3 a
+	 * device-to-device copy into that slice instead. */
+	for (int k = 0; k < L_COPIES + 1; k++) {
+		uint64_t off = (uint64_t)k * L_LEN;
+		CHECK_OK(xi_gpu_copy_begin(g, 0));
+		if (k == 3)
+			CHECK_OK(xi_gpu_copy_add(g, (uint64_t)(uintptr_t)dev + off, (uint64_t)(uintptr_t)devsrc, NULL, L_LEN));
+		else
+			CHECK_OK(xi_gpu_copy_add_land(g, (uint64_t)(uintptr_t)dev + off, mirror + off, L_LEN));
+		CHECK_OK(xi_gpu_copy_end(g, &ctx[k]));
+		struct fake_cuda_counts c = fake_cuda_counts();
+		/* Batched, nothing reaches the driver before the device copy, which
+		 * sends the three landings ahead of it. */
+		if (batched)
+			CHECK(c.htod - c0.htod == (k < 3 ? 0u : 3u) && c.batches - c0.batches == (k < 3 ? 0u : 1u));
+		else
+			CHECK(c.htod - c0.htod == (uint64_t)(k < 3 ? k + 1 : k) && c.batches == c0.batches);
+	}
+	/* One copy of L_PIECES 64-byte pieces. */
+	uint64_t base = (uint64_t)(L_COPIES + 1) * L_LEN;
+	CHECK_OK(xi_gpu_copy_begin(g, 0));
+	for (int i = 0; i < L_PIECES; i++)
+		CHECK_OK(xi_gpu_copy_add_land(g, (uint64_t)(uintptr_t)dev + base + 64u * i, mirror + base + 64u * i, 64));
+	CHECK_OK(xi_gpu_copy_end(g, &ctx[L_COPIES + 1]));
+	xi_gpu_flush(g);
+	struct fake_cuda_counts c1 = fake_cuda_counts();
+	CHECK(c1.htod - c0.htod == L_COPIES + L_PIECES && c1.dtod - c0.dtod == 1);
+	/* The 5 landings after the device copy and the first XI_GPU_BATCH
+	 * pieces go as one batch, the other pieces as a third. */
+	CHECK(batched ? c1.batches - c0.batches == 3 : c1.batches == c0.batches);
+	CHECK(c1.syncs == c0.syncs);
+	int seen = 0;
+	for (int spins = 0; seen < L_COPIES + 2 && spins < 100000; spins++) {
+		struct xi_gpu_event ev[4];
+		int n = xi_gpu_poll(g, ev, 4);
+		for (int i = 0; i < n; i++, seen++) {
+			CHECK(ev[i].ctx == &ctx[seen] && ev[i].status == 0); /* once each, in order */
+			if (seen <= L_COPIES) {
+				uint64_t off = (uint64_t)seen * L_LEN;
+				CHECK(memcmp(dev + off, seen == 3 ? devsrc : mirror + off, L_LEN) == 0);
+			}
+		}
+	}
+	CHECK(seen == L_COPIES + 2 && xi_gpu_pending(g) == 0);
+	CHECK(memcmp(dev + base, mirror + base, 64u * L_PIECES) == 0);
+	struct xi_gpu_event extra[1];
+	CHECK(xi_gpu_poll(g, extra, 1) == 0);
+	xi_gpu_destroy(g);
+	fake_cuda_free(dev);
+	fake_cuda_free(devsrc);
+	free(mirror);
+	printf("land-%s: %d copies reported once, in order, bytes in place; %llu copies in %llu batched calls\n",
+	       batched ? "batch" : "each", L_COPIES + 2, (unsigned long long)(c1.htod - c0.htod + c1.dtod - c0.dtod),
+	       (unsigned long long)(c1.batches - c0.batches));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "scatter-ipc";
@@ -1144,7 +1225,12 @@ int main(int argc, char **argv)
 		setenv("XFER_GPU_DONE", "event", 1);
 	if (no_kernel)
 		setenv("XFER_GPU_KERNEL", "0", 1);
-	if (!strcmp(mode, "scatter-cut"))
+	if (!strncmp(mode, "land-", 5)) {
+		if (!strcmp(mode, "land-each"))
+			setenv("XFER_GPU_LAND", "each", 1);
+		return land_run(strcmp(mode, "land-each") != 0);
+	}
+		if (!strcmp(mode, "scatter-cut"))
 		return t_run_procs(1, cut_target, cut_root, NULL);
 	if (!strncmp(mode, "scatter", 7))
 		return t_run_procs(NCHILD, scatter_child, scatter_root, NULL);
