@@ -89,8 +89,9 @@
 #   stagedab the staged rows A/B: STAGED_REPS (default 3) rounds, interleaved,
 #            on AB_PROVIDERS (default shm,tcp) of the variants AB_VARIANTS,
 #            NAME:VAR=v,VAR=v joined by + (ENV_gpu splits on spaces), e.g.
-#            default:+kdtoh:XFER_GPU_STAGE=kernel-dtoh; AB_TRACE=NAME,ROW
-#            traces one row of one variant on shm; AB_TESTS=NAME runs
+#            default:+kdtoh:XFER_GPU_STAGE=kernel-dtoh; AB_TRACE=NAME,ROW[,PROV]
+#            traces one row of one variant (on shm unless PROV; several:
+#            NAME,ROW+NAME2,ROW2,tcp); AB_TESTS=NAME runs
 #            test_gpu staged/scatter-staged and test_gpu_signal staged on
 #            both providers with that variant's variables       ~4 s a step
 #   full     the whole bench with defaults, then XFER_GPU_KERNEL=0 (copy
@@ -354,12 +355,14 @@ plan_stagedab() {
 			done
 		done
 	done
-	if [ -n "${AB_TRACE:-}" ]; then
-		n=${AB_TRACE%%,*} r=${AB_TRACE#*,}
+	local t tp
+	for t in ${AB_TRACE//+/ }; do
+		IFS=, read -r n r tp <<<"$t"
+		tp=${tp:-shm}
 		# shellcheck disable=SC2046
-		step ab-trace-$n-row$r 10 env $(ab_envs "$n") XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=shm XFER_BENCH_ROW=$r \
-			XFER_GPU_TRACE="$out/ab-trace-$n-row$r.csv" $B
-	fi
+		step ab-trace-$n-row$r-$tp 10 env $(ab_envs "$n") XFER_BENCH_ONLY=staged XFER_TEST_PROVIDER=$tp XFER_BENCH_ROW=$r \
+			XFER_GPU_TRACE="$out/ab-trace-$n-row$r-$tp.csv" $B
+	done
 	if [ -n "${AB_TESTS:-}" ]; then
 		for p in shm tcp; do
 			for v in staged scatter-staged; do
