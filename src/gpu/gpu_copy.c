@@ -70,6 +70,7 @@ struct kbatch {
  * steadier. So bulk takes aligned launches of big pages up to
  * XI_BULK_MAX_BYTES. */
 #define XI_BULK_MIN_PAGE (16u << 10)
+#define XI_GPU_LAND_BATCH_MAX (256u << 10)
 #define XI_BULK_MAX_BYTES (64ull << 20)
 
 /* Page lists of kernels in flight: pinned host memory written here, which
@@ -132,6 +133,13 @@ struct xi_gpu {
 	 * The pieces of copies ended so far and of the one being built. */
 	bool land_batch;
 	size_t nland;
+	/* Only landings up to XI_GPU_LAND_BATCH_MAX bytes (a bigger one sends
+	 * the batch, then goes alone): in a batch each landing's immediates
+	 * wait for the whole batch, and the per-call cost saved is small beside
+	 * a big copy. Measured on an H200 (docs/performance.md, session 10),
+	 * every landing batched: staged shm 64 KiB singles 1.27x as fast as one
+	 * copy each, but shm 1 MiB 0.62-0.65 against 0.65-0.83 and 16 MiB
+	 * 8.3-9.3 against 10.3-11.0 GB/s. */
 	uint32_t land_trace; /* their trace record (XFER_GPU_TRACE), while land_traced */
 	bool land_traced;
 	bool cur_land;       /* the copy being built has pieces among them */
@@ -794,7 +802,7 @@ int xi_gpu_copy_add_land(struct xi_gpu *g, uint64_t dst, const void *mirror, siz
 	if (!len)
 		return 0;
 	int ret = mapped_job(g, dst, 0, NULL, mirror, len); /* XFER_GPU_STAGE=kernel */
-	if (ret != 1 || !g->land_batch)
+	if (ret != 1 || !g->land_batch || len > XI_GPU_LAND_BATCH_MAX)
 		return ret != 1 ? ret : xi_gpu_copy_add(g, dst, 0, mirror, len);
 	if (g->nland == XI_GPU_BATCH)
 		launch_batch(g); /* the copy being built, if it has pieces in it, gets its own event at end */

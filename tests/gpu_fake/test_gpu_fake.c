@@ -49,8 +49,8 @@
  *       after the other wait for the flush and go to the driver as one
  *       batched copy with one event (or, XFER_GPU_LAND=each, one copy each);
  *       a device copy in between sends the open batch first, a copy of more
- *       pieces than a batch holds is split, every copy reported once, in
- *       order, with its bytes in place
+ *       pieces than a batch holds is split, a landing over 256 KiB goes
+ *       alone, every copy reported once, in order, with its bytes in place
  *   write-many[-staged[-small]]  300 writes in a row; staged, each op staged
  *       once as a copy-engine copy (XFER_GPU_STAGE=engine), with the default
  *       XFER_GPU_STAGE_AHEAD=next or =small
@@ -1136,18 +1136,19 @@ static int ahead_source(int n, const int *fds, void *arg)
 #define L_COPIES 8   /* one-piece landings: 3, a device copy, then 5 */
 #define L_LEN 5000   /* odd: no kernel would take it */
 #define L_PIECES 600 /* one copy of more pieces than a batch holds (XI_GPU_BATCH) */
+#define L_BIG (300u << 10) /* above the most a batch takes: sends it, then goes alone */
 
 static int land_run(bool batched)
 {
 	fake_cuda_install();
 	struct xi_gpu *g = xi_gpu_create();
-	const size_t dlen = (size_t)(L_COPIES + 1) * L_LEN + (size_t)L_PIECES * 64;
+	const size_t dlen = (size_t)(L_COPIES + 1) * L_LEN + (size_t)L_PIECES * 64 + L_BIG;
 	uint8_t *dev = fake_cuda_alloc(dlen, 0), *devsrc = fake_cuda_alloc(L_LEN, 0), *mirror = malloc(dlen);
 	CHECK(g && dev && devsrc && mirror);
 	t_fill(mirror, dlen, 7);
 	t_fill(devsrc, L_LEN, 8);
 	struct fake_cuda_counts c0 = fake_cuda_counts();
-	int ctx[L_COPIES + 2];
+	int ctx[L_COPIES + 3];
 	/* Copy k (k != 3): L_LEN bytes of the mirror at k * L_LEN; copy 3 a
 	 * device-to-device copy into that slice instead. */
 	for (int k = 0; k < L_COPIES + 1; k++) {
@@ -1172,15 +1173,22 @@ static int land_run(bool batched)
 	for (int i = 0; i < L_PIECES; i++)
 		CHECK_OK(xi_gpu_copy_add_land(g, (uint64_t)(uintptr_t)dev + base + 64u * i, mirror + base + 64u * i, 64));
 	CHECK_OK(xi_gpu_copy_end(g, &ctx[L_COPIES + 1]));
-	xi_gpu_flush(g);
+	/* Then one big landing. */
+	uint64_t big = base + 64u * L_PIECES;
+	CHECK_OK(xi_gpu_copy_begin(g, 0));
+	CHECK_OK(xi_gpu_copy_add_land(g, (uint64_t)(uintptr_t)dev + big, mirror + big, L_BIG));
+	CHECK_OK(xi_gpu_copy_end(g, &ctx[L_COPIES + 2]));
 	struct fake_cuda_counts c1 = fake_cuda_counts();
-	CHECK(c1.htod - c0.htod == L_COPIES + L_PIECES && c1.dtod - c0.dtod == 1);
+	CHECK(c1.htod - c0.htod == L_COPIES + L_PIECES + 1 && c1.dtod - c0.dtod == 1);
 	/* The 5 landings after the device copy and the first XI_GPU_BATCH
-	 * pieces go as one batch, the other pieces as a third. */
+	 * pieces go as one batch, the other pieces as a third, sent by the
+	 * big landing before its own copy: nothing is left for the flush. */
 	CHECK(batched ? c1.batches - c0.batches == 3 : c1.batches == c0.batches);
+	xi_gpu_flush(g);
+	CHECK(fake_cuda_counts().htod == c1.htod && fake_cuda_counts().batches == c1.batches);
 	CHECK(c1.syncs == c0.syncs);
 	int seen = 0;
-	for (int spins = 0; seen < L_COPIES + 2 && spins < 100000; spins++) {
+	for (int spins = 0; seen < L_COPIES + 3 && spins < 100000; spins++) {
 		struct xi_gpu_event ev[4];
 		int n = xi_gpu_poll(g, ev, 4);
 		for (int i = 0; i < n; i++, seen++) {
@@ -1191,8 +1199,8 @@ static int land_run(bool batched)
 			}
 		}
 	}
-	CHECK(seen == L_COPIES + 2 && xi_gpu_pending(g) == 0);
-	CHECK(memcmp(dev + base, mirror + base, 64u * L_PIECES) == 0);
+	CHECK(seen == L_COPIES + 3 && xi_gpu_pending(g) == 0);
+	CHECK(memcmp(dev + base, mirror + base, 64u * L_PIECES + L_BIG) == 0);
 	struct xi_gpu_event extra[1];
 	CHECK(xi_gpu_poll(g, extra, 1) == 0);
 	xi_gpu_destroy(g);
@@ -1200,7 +1208,7 @@ static int land_run(bool batched)
 	fake_cuda_free(devsrc);
 	free(mirror);
 	printf("land-%s: %d copies reported once, in order, bytes in place; %llu copies in %llu batched calls\n",
-	       batched ? "batch" : "each", L_COPIES + 2, (unsigned long long)(c1.htod - c0.htod + c1.dtod - c0.dtod),
+	       batched ? "batch" : "each", L_COPIES + 3, (unsigned long long)(c1.htod - c0.htod + c1.dtod - c0.dtod),
 	       (unsigned long long)(c1.batches - c0.batches));
 	return 0;
 }
