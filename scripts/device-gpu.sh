@@ -356,7 +356,8 @@ plan_stagedab() {
 		done
 	done
 	local t tp
-	for t in ${AB_TRACE//+/ }; do
+	local traces=${AB_TRACE:-}
+	for t in ${traces//+/ }; do
 		IFS=, read -r n r tp <<<"$t"
 		tp=${tp:-shm}
 		# shellcheck disable=SC2046
