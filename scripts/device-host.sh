@@ -47,7 +47,8 @@
 #   XFER_HOST_VS_TP_ROWS replaces the throughput rows' options (+ for a
 #   space);
 #   XFER_HOST_VS_PP and XFER_HOST_VS_TP replace the two lists of
-#   PROVIDER:MODE:on|off:VAR=value (or -), comma-separated (see the plan);
+#   PROVIDER:MODE:on|off:VAR=value (or -; VAR=v/VAR2=w for several),
+#   comma-separated (see the plan);
 #   XFER_HOST_VS_PAIRS the CPU pairs (A-B,..., or none)
 #  sys (about 90 s): system calls per operation of each thread, from two
 #   `strace -f` runs of one row that differ only in --iters
@@ -155,7 +156,8 @@ rows_of() {
 	local prov=${name%%-*} mode=${name#*-}
 	mode=${mode%-*} # PROV-MODE-PART: the part (pp, tp2, ...) is not the label's
 	[ "$ev" = - ] && ev=XFER_HOST_PLAN=$plan
-	step "$name" "${XFER_HOST_STEP_S:-60}" env "$ev" "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
+	# shellcheck disable=SC2086 # VAR=v/VAR2=w: several variables, / between them
+	step "$name" "${XFER_HOST_STEP_S:-60}" env ${ev//\// } "$build/bin/xfer-bench" --provider "$prov" --baseline raw --cpu-pin on \
 		--busy-poll "$bp" --seconds "$secs" --rounds "$rounds" --verbose "$@" --json
 	labels+=("$prov/$mode=$out/$name.log")
 }

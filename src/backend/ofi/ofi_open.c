@@ -535,6 +535,14 @@ static int ofi_open_once(struct xfer_nic *nic, const char *provider, const char 
 		 explicit_ofi(provider) ? provider : fi->fabric_attr->prov_name);
 	snprintf(nic->domain, sizeof(nic->domain), "%s", fi->domain_attr->name);
 	nic->tx_size = (uint32_t)(fi->tx_attr->size > 65536 ? 65536 : fi->tx_attr->size);
+	/* XFER_OFI_TX_DEPTH=N (8 or more): at most N requests in the provider
+	 * at once, the rest waiting in the engine's own queue. An experiment
+	 * for issue 15: on some tcp;ofi_rxm process pairs a window of 64 KiB
+	 * writes went into the provider at once and queued there, and those
+	 * pairs ran 0.71-0.92x the raw loop (docs/performance.md, session 9). */
+	size_t depth = env_size("XFER_OFI_TX_DEPTH", 0);
+	if (depth >= 8 && depth < nic->tx_size)
+		nic->tx_size = (uint32_t)depth;
 	nic->rx_size = (uint32_t)(fi->rx_attr->size > 65536 ? 65536 : fi->rx_attr->size);
 	nic->max_msg = fi->ep_attr->max_msg_size;
 	nic->key_bits = (o->mr_mode & FI_MR_PROV_KEY) ? 0 : (uint32_t)(fi->domain_attr->mr_key_size * 8);
