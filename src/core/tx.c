@@ -11,6 +11,26 @@
  * a handful covers the peers probed at once; data keeps the rest. */
 #define PROBE_CREDITS 8u
 
+/* XFER_TX_BYTES=N[K|M]: an experiment for issue 15 (off by default). On
+ * tcp;ofi_rxm a window of 64 KiB writes handed to the provider at once
+ * queued inside it, and some process pairs then ran 0.71-0.92x the raw loop
+ * (docs/performance.md, session 9); a cap of 16 requests
+ * (XFER_OFI_TX_DEPTH) made 64 KiB writes 1.07-1.11x but 4 KiB pages
+ * 0.62-0.76x (session 10): a cap in bytes leaves small requests many. */
+static uint64_t tx_bytes_max(void)
+{
+	const char *v = getenv("XFER_TX_BYTES");
+	char *end;
+	if (!v || !*v)
+		return 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		x <<= 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		x <<= 20, end++;
+	return *end ? 0 : x;
+}
+
 int xi_tx_init(struct worker *w)
 {
 	const xfer_engine_t *e = w->e;
@@ -25,6 +45,7 @@ int xi_tx_init(struct worker *w)
 			t->reserve = e->nics[n].tx_size / 8;
 	}
 	t->wr_reserve = t->reserve * e->nnics;
+	t->wbytes_max = tx_bytes_max();
 	t->wrs = calloc(nwr, sizeof(*t->wrs));
 	t->free_send = calloc(SEND_BUFS, sizeof(*t->free_send));
 	if (!t->wrs || !t->free_send)
@@ -60,12 +81,17 @@ void xi_tx_buf_put(struct worker *w, uint32_t b)
 int xi_tx_write(struct worker *w, unsigned n, const struct nic_write *nw, struct wr *wr)
 {
 	xfer_engine_t *e = w->e;
+	struct tx_state *t = &w->tx;
+	if (t->wbytes_max && t->wbytes[n] && t->wbytes[n] + nw->len > t->wbytes_max)
+		return -EAGAIN; /* later, when writes in the provider complete */
 	int ret = e->ops.post_write(&e->nics[n], nw, wr);
 	if (ret) {
 		if (ret == -EAGAIN)
 			xi_tel_nic(w->tel, n, TN_RETRIES, 1);
 		return ret;
 	}
+	wr->wlen = (uint32_t)(nw->len < UINT32_MAX ? nw->len : UINT32_MAX);
+	t->wbytes[n] += wr->wlen;
 	w->tx.credits[n]--;
 	xi_stat_own_add(&e->st.wrs_posted, 1);
 	xi_stat_own_add(&e->st.bytes_written, nw->len);
@@ -86,6 +112,7 @@ int xi_tx_send(struct worker *w, unsigned n, uint64_t dest, uint32_t b, size_t l
 	}
 	wr->sendbuf = b;
 	w->tx.credits[n]--;
+	wr->wlen = 0; /* a SEND: no write bytes to count */
 	xi_stat_own_add(&e->st.wrs_posted, 1);
 	xi_tel_nic_send(w->tel, n, len);
 	return 0;
@@ -113,6 +140,7 @@ int xi_tx_probe(struct worker *w, unsigned n, uint64_t dest, enum tx_probe which
 		return ret;
 	}
 	w->tx.credits[n]--;
+	wr->wlen = 0; /* a SEND: no write bytes to count */
 	xi_tel_nic(w->tel, n, TN_PROBES, 1);
 	return 0;
 }
@@ -120,6 +148,8 @@ int xi_tx_probe(struct worker *w, unsigned n, uint64_t dest, enum tx_probe which
 void xi_tx_complete(struct worker *w, struct wr *wr)
 {
 	w->tx.credits[wr->nic]++;
+	w->tx.wbytes[wr->nic] -= wr->wlen;
+	wr->wlen = 0;
 	if (wr->sendbuf != UINT32_MAX) {
 		xi_tx_buf_put(w, wr->sendbuf);
 		wr->sendbuf = UINT32_MAX;

@@ -38,6 +38,7 @@ struct wr {
 	uint8_t nic;
 	uint8_t kind;
 	uint8_t staged;   /* WR_NOTICE: the range written is in the peer's mirror */
+	uint32_t wlen;    /* a posted write's bytes, counted in tx_state.wbytes until it completes */
 	struct wr *next_free; /* also links notices waiting to be posted */
 };
 
@@ -108,6 +109,9 @@ struct tx_state {
 	struct wr *wrs, *free_wrs;
 	uint32_t nfree_wrs, wr_reserve;
 	uint32_t *free_send, nfree_send;
+	/* XFER_TX_BYTES (0: off): bytes of writes in the provider per NIC at
+	 * most; the first write always goes. */
+	uint64_t wbytes[XFER_NIC_MAX], wbytes_max;
 };
 
 /* A peer's notice whose ranges are being copied from our mirror to the GPU
