@@ -14,9 +14,11 @@
 /* XFER_TX_BYTES=N[K|M]: an experiment for issue 15 (off by default). On
  * tcp;ofi_rxm a window of 64 KiB writes handed to the provider at once
  * queued inside it, and some process pairs then ran 0.71-0.92x the raw loop
- * (docs/performance.md, session 9); a cap of 16 requests
- * (XFER_OFI_TX_DEPTH) made 64 KiB writes 1.07-1.11x but 4 KiB pages
- * 0.62-0.76x (session 10): a cap in bytes leaves small requests many. */
+ * (docs/performance.md, session 9). Measured on 16 idle cores (session
+ * 10): a cap of 16 requests (XFER_OFI_TX_DEPTH) made 64 KiB writes
+ * 1.07-1.11x but 4 KiB pages 0.62-0.76x; this cap at 256 KiB 64 KiB writes
+ * 0.96-1.08x and pages 0.57-0.78x, at 1 MiB 0.92-1.02x and 0.74-1.24x.
+ * Pages want many requests in flight: a floor in requests is next. */
 static uint64_t tx_bytes_max(void)
 {
 	const char *v = getenv("XFER_TX_BYTES");

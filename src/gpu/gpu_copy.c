@@ -70,7 +70,7 @@ struct kbatch {
  * steadier. So bulk takes aligned launches of big pages up to
  * XI_BULK_MAX_BYTES. */
 #define XI_BULK_MIN_PAGE (16u << 10)
-#define XI_GPU_LAND_BATCH_MAX (256u << 10)
+#define XI_GPU_LAND_BATCH_MAX (256u << 10) /* the biggest landing batched (struct xi_gpu's land_batch) */
 #define XI_BULK_MAX_BYTES (64ull << 20)
 
 /* Page lists of kernels in flight: pinned host memory written here, which
@@ -479,8 +479,8 @@ static void launch_batch(struct xi_gpu *g)
 		wt->flag_slot = fslot;
 	}
 	if (!ok) {
-		xerr("GPU copies failed to start (%s): their %u call(s) fail", lands_ok ? "kernel launch" : "landings",
-		     b->a.njobs + b->waiting);
+		xerr("GPU copies failed to start (%s): %u copies fail", lands_ok ? "kernel launch" : "landings",
+		     b->waiting + (g->cur_in_batch ? 1u : 0u));
 		if (g->cur_in_batch)
 			g->cur_failed = true;
 	}
