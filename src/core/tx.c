@@ -18,10 +18,12 @@
  * 10): a cap of 16 requests (XFER_OFI_TX_DEPTH) made 64 KiB writes
  * 1.07-1.11x but 4 KiB pages 0.62-0.76x; this cap at 256 KiB 64 KiB writes
  * 0.96-1.08x and pages 0.57-0.78x, at 1 MiB 0.92-1.02x and 0.74-1.24x.
- * Pages want many requests in flight: a floor in requests is next. */
-static uint64_t tx_bytes_max(void)
+ * Pages want many requests in flight: XFER_TX_BYTES_MIN_REQS=M lets a
+ * write go whatever the bytes while fewer than M requests are in the
+ * provider (not measured yet). */
+static uint64_t tx_env(const char *name)
 {
-	const char *v = getenv("XFER_TX_BYTES");
+	const char *v = getenv(name);
 	char *end;
 	if (!v || !*v)
 		return 0;
@@ -47,7 +49,8 @@ int xi_tx_init(struct worker *w)
 			t->reserve = e->nics[n].tx_size / 8;
 	}
 	t->wr_reserve = t->reserve * e->nnics;
-	t->wbytes_max = tx_bytes_max();
+	t->wbytes_max = tx_env("XFER_TX_BYTES");
+	t->wbytes_min_reqs = (uint32_t)tx_env("XFER_TX_BYTES_MIN_REQS");
 	t->wrs = calloc(nwr, sizeof(*t->wrs));
 	t->free_send = calloc(SEND_BUFS, sizeof(*t->free_send));
 	if (!t->wrs || !t->free_send)
@@ -84,7 +87,8 @@ int xi_tx_write(struct worker *w, unsigned n, const struct nic_write *nw, struct
 {
 	xfer_engine_t *e = w->e;
 	struct tx_state *t = &w->tx;
-	if (t->wbytes_max && t->wbytes[n] && t->wbytes[n] + nw->len > t->wbytes_max)
+	if (t->wbytes_max && t->wbytes[n] && t->wbytes[n] + nw->len > t->wbytes_max &&
+	    e->nics[n].tx_size - t->credits[n] >= t->wbytes_min_reqs)
 		return -EAGAIN; /* later, when writes in the provider complete */
 	int ret = e->ops.post_write(&e->nics[n], nw, wr);
 	if (ret) {
