@@ -11,7 +11,7 @@
  * a handful covers the peers probed at once; data keeps the rest. */
 #define PROBE_CREDITS 8u
 
-/* XFER_TX_BYTES=N[K|M]: an experiment for issue 15 (off by default). On
+/* XFER_TX_BYTES=N[K|M|G]: an experiment for issue 15 (off by default). On
  * tcp;ofi_rxm a window of 64 KiB writes handed to the provider at once
  * queued inside it, and some process pairs then ran 0.71-0.92x the raw loop
  * (docs/performance.md, session 9). Measured on 16 idle cores (session
@@ -27,12 +27,8 @@ static uint64_t tx_env(const char *name)
 	char *end;
 	if (!v || !*v)
 		return 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (*end == 'K' || *end == 'k')
-		x <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		x <<= 20, end++;
-	return *end ? 0 : x;
+	uint64_t x = xi_parse_bytes(v, &end);
+	return *end ? 0 : x; /* not a byte count: off */
 }
 
 int xi_tx_init(struct worker *w)

@@ -26,6 +26,7 @@
 #include "gpu/gpu_trace.h"
 #include "gpu/kernel_args.h"
 #include "util/log.h"
+#include "util/sys.h"
 #include "xfer.h"
 
 struct gpu_wait {
@@ -190,17 +191,11 @@ struct xi_gpu *xi_gpu_create(void)
 	g->kernel_max = XI_GPU_KERNEL_MAX_DEFAULT;
 	const char *km = getenv("XFER_GPU_KERNEL_MAX");
 	if (km && *km) {
+		/* G counts ("1G" was once 1 byte: every copy by the copy engine);
+		 * beyond 64 bits, as large as it gets (every contiguous copy by
+		 * kernel); anything after the suffix is ignored. */
 		char *end;
-		unsigned long long v = strtoull(km, &end, 0);
-		unsigned shift = 0;
-		if (*end == 'k' || *end == 'K')
-			shift = 10;
-		else if (*end == 'm' || *end == 'M')
-			shift = 20;
-		else if (*end == 'g' || *end == 'G') /* "1G" was 1 byte: every copy by the copy engine */
-			shift = 30;
-		/* Beyond 64 bits: as large as it gets (every contiguous copy by kernel). */
-		g->kernel_max = v > (ULLONG_MAX >> shift) ? ULLONG_MAX : v << shift;
+		g->kernel_max = xi_parse_bytes(km, &end);
 	}
 	g->kb.dev = -1;
 	/* Off by default: measured on an H200 (docs/performance.md), random
@@ -444,6 +439,16 @@ static uint32_t write_flag(struct xi_gpu *g, int dev, CUstream st, uint32_t slot
 static bool issue_lands(struct xi_gpu *g, CUstream st);
 static bool launch_jobs(struct xi_gpu *g, CUstream st);
 
+/* n copies handed to the driver in one call, in stream order on st (the
+ * paged same-host writes' pieces, and batched landings). */
+static CUresult memcpy_batch(struct xi_gpu *g, CUdeviceptr *dst, CUdeviceptr *src, size_t *len, size_t n,
+			     CUstream st)
+{
+	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+	size_t first = 0;
+	return g->c->cuMemcpyBatchAsync(dst, src, len, n, &attr, &first, 1, st);
+}
+
 static void launch_batch(struct xi_gpu *g)
 {
 	struct kbatch *b = &g->kb;
@@ -503,14 +508,12 @@ static void launch_batch(struct xi_gpu *g)
  * part-way is redone whole. */
 static bool issue_lands(struct xi_gpu *g, CUstream st)
 {
-	size_t n = g->nland, first = 0;
+	size_t n = g->nland;
 	g->nland = 0;
 	struct xi_trace_rec *tr = g->land_traced ? xi_gpu_trace_rec(g->trace, g->land_trace) : NULL;
 	if (tr)
 		tr->t_launch = xi_gpu_trace_now();
-	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
-	bool ok = g->land_batch && !g->c->cuMemcpyBatchAsync(g->land_dst, g->land_src, g->land_len, n, &attr, &first,
-								    1, st);
+	bool ok = g->land_batch && !memcpy_batch(g, g->land_dst, g->land_src, g->land_len, n, st);
 	if (!ok) {
 		if (g->land_batch)
 			xwarn("the driver refused a batched host-to-device copy; landings copy one by one");
@@ -717,13 +720,11 @@ int xi_gpu_copy_begin(struct xi_gpu *g, int dev)
  * idempotent: a refused batch is redone piece by piece. */
 static int flush_batch(struct xi_gpu *g)
 {
-	size_t n = g->nbatch, first = 0;
+	size_t n = g->nbatch;
 	g->nbatch = 0;
 	if (!n)
 		return 0;
-	CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
-	if (!g->batch_off && !g->c->cuMemcpyBatchAsync(g->batch_dst, g->batch_src, g->batch_len, n, &attr,
-						       &first, 1, g->stream[g->dev]))
+	if (!g->batch_off && !memcpy_batch(g, g->batch_dst, g->batch_src, g->batch_len, n, g->stream[g->dev]))
 		return 0;
 	if (!g->batch_off)
 		xwarn("the driver refused a batched copy; same-host paged writes copy page by page");

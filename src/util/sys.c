@@ -103,3 +103,18 @@ bool xi_spin_yields(void)
 	static atomic_int cached;
 	return cached_flag(&cached, spin_yields_now);
 }
+
+uint64_t xi_parse_bytes(const char *s, char **end)
+{
+	unsigned long long v = strtoull(s, end, 0);
+	unsigned shift = 0;
+	if (**end == 'k' || **end == 'K')
+		shift = 10;
+	else if (**end == 'm' || **end == 'M')
+		shift = 20;
+	else if (**end == 'g' || **end == 'G')
+		shift = 30;
+	if (shift)
+		(*end)++;
+	return v > (ULLONG_MAX >> shift) ? UINT64_MAX : (uint64_t)v << shift;
+}

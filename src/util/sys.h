@@ -18,6 +18,10 @@ static inline uint64_t xi_deadline_from(uint64_t now, uint64_t ms)
 		return UINT64_MAX;
 	return now + ms * 1000000ull;
 }
+/* A byte count from the environment's syntax: a number (decimal, 0x hex,
+ * 0 octal) with an optional K, M or G suffix (either case), as large as a
+ * uint64_t gets when it would overflow. *end points past what was read. */
+uint64_t xi_parse_bytes(const char *s, char **end);
 /* 64 bits from the kernel's CSPRNG (getrandom, else /dev/urandom). Only
  * when neither works (no such kernel here) a mix of clocks and addresses:
  * then *strong is false and the caller must not rely on secrecy. */
