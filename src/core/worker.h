@@ -110,10 +110,9 @@ struct tx_state {
 	uint32_t nfree_wrs, wr_reserve;
 	uint32_t *free_send, nfree_send;
 	/* XFER_TX_BYTES (0: off): bytes of writes in the provider per NIC at
-	 * most; the first write always goes, and any while fewer than
-	 * wbytes_min_reqs requests are in the provider (XFER_TX_BYTES_MIN_REQS). */
-	uint64_t wbytes[XFER_NIC_MAX], wbytes_max;
-	uint32_t wbytes_min_reqs;
+	 * most; the first write always goes. Writes shorter than wbytes_min_len
+	 * (XFER_TX_BYTES_MIN_LEN) are neither held nor counted. */
+	uint64_t wbytes[XFER_NIC_MAX], wbytes_max, wbytes_min_len;
 };
 
 /* A peer's notice whose ranges are being copied from our mirror to the GPU
