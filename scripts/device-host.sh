@@ -50,6 +50,9 @@
 #   PROVIDER:MODE:on|off:VAR=value (or -; VAR=v/VAR2=w for several),
 #   comma-separated (see the plan);
 #   XFER_HOST_VS_PAIRS the CPU pairs (A-B,..., or none)
+#   (any plan) XFER_HOST_SS=S: a snapshot of `ss -tmi` every S seconds of
+#   each step, in STEP.ss, and the step's TCP counters (nstat) in
+#   STEP.nstat
 #  sys (about 90 s): system calls per operation of each thread, from two
 #   `strace -f` runs of one row that differ only in --iters
 #   (scripts/host-syscalls.py): tcp send 1K and imm ping-pongs, single 1K
@@ -122,8 +125,27 @@ step() { # name, seconds, command...
 		return 0
 	fi
 	[ $limit -gt $left ] && limit=$left
+	# XFER_HOST_SS=S: every S seconds of the step, the established TCP
+	# sockets' state (ss -tmi: cwnd, rtt, socket memory, drops) into
+	# NAME.ss, and the step's TCP counters (nstat: retransmissions, loss
+	# probes, zero windows) into NAME.nstat, to compare process pairs whose
+	# tcp rows differ (issue 15's spread).
+	local ssp=
+	[ -n "${XFER_HOST_SS:-}" ] && command -v nstat >/dev/null && nstat -n
+	if [ -n "${XFER_HOST_SS:-}" ] && command -v ss >/dev/null; then
+		(while sleep "$XFER_HOST_SS"; do
+			echo "# $(date +%s.%N)"
+			ss -tmin state established
+		done) >"$out/$name.ss" 2>&1 &
+		ssp=$!
+	fi
 	timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
 	local rc=$?
+	if [ -n "$ssp" ]; then
+		kill "$ssp" 2>/dev/null
+		wait "$ssp" 2>/dev/null
+	fi
+	[ -n "${XFER_HOST_SS:-}" ] && command -v nstat >/dev/null && nstat >"$out/$name.nstat" 2>&1
 	echo "$name: rc=$rc in $((SECONDS - t0)) s"
 	[ $rc -ne 0 ] && fails=$((fails + 1))
 	return 0
@@ -244,6 +266,12 @@ if [ "$plan" = vs ]; then
 	python3 "$here/host-table.py" "${labels[@]}" >"$out/table.txt" 2>&1 || fails=$((fails + 1))
 	for f in "$out"/handoff-*.log; do
 		[ -f "$f" ] && echo "$(basename "$f" .log): $(grep -h 'packed+own' "$f" | tail -n 1)"
+	done >>"$out/table.txt"
+	for f in "$out"/*.nstat; do # XFER_HOST_SS: each step's TCP trouble, raw loop and xfer together
+		[ -f "$f" ] && awk -v n="$(basename "$f" .nstat)" '
+			{ v[$1] = $2 }
+			END { printf "%s: retransmitted segments %d, loss probes %d, zero windows %d, prunes %d\n", n,
+				v["TcpRetransSegs"], v["TcpExtTCPLossProbes"], v["TcpExtTCPToZeroWindowAdv"], v["TcpExtPruneCalled"] }' "$f"
 	done >>"$out/table.txt"
 	cat "$out/table.txt"
 	echo "device-host: $fails step(s) failed"
