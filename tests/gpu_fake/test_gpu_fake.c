@@ -848,6 +848,12 @@ static uint64_t ms_now(void)
 #define SWITCHES_MEAN_SLEEP 1
 #endif
 
+/* How long a wait stays awake for a GPU copy that does not move
+ * (api/completions.c WAIT_GPU_STALL_NS) or for one announced to it
+ * (core/notice.c AHEAD_NS): a wait that slept later than this after the
+ * copy began tells nothing about its spinning. */
+#define AWAKE_MS 100
+
 static long voluntary_switches(void)
 {
 	struct rusage ru;
@@ -908,7 +914,7 @@ static int notice_source(int n, const int *fds, void *arg)
 		 * parallel on 2 vCPUs) descheduled us. That attempt cannot
 		 * tell, so try again with a fresh copy; a sleep within 100 ms of
 		 * the write is the wait's fault. */
-		if (t1 - t_write < 100 || attempt == 5) {
+		if (t1 - t_write < AWAKE_MS || attempt == 5) {
 			fprintf(stderr,
 				"the wait slept (%ld voluntary switches) while a GPU copy was in flight "
 				"(attempt %d, wait ended %llu ms after the write)\n",
@@ -1122,7 +1128,7 @@ static int ahead_target(int idx, int fd, void *arg)
 	if (SWITCHES_MEAN_SLEEP && v1 != v0) {
 		/* A sleep that may have come after the announcement went stale
 		 * (a loaded machine descheduled this test) proves nothing. */
-		if (t_end - t_go < 100) {
+		if (t_end - t_go < AWAKE_MS) {
 			fprintf(stderr, "the target's wait slept (%ld switches) during a copy announced to it "
 					"(%llu ms after it was asked for)\n",
 				v1 - v0, (unsigned long long)(t_end - t_go));
