@@ -115,6 +115,15 @@ budget_default=120
 [ "$plan" = sys ] && budget_default=150
 budget=${XFER_HOST_BUDGET_S:-$budget_default}
 fails=0
+
+# The kernel's TCP counters under nstat's names (TcpRetransSegs,
+# TcpExtTCPLossProbes, ...), read from /proc rather than by nstat: the GPU host
+# has no iproute2. Each protocol's header and value lines come in pairs.
+tcp_counters() {
+	awk '$1 == "Tcp:" || $1 == "TcpExt:" { p = substr($1, 1, length($1) - 1)
+		if (!(p in seen)) { seen[p] = 1; for (i = 2; i <= NF; i++) h[p, i] = $i; next }
+		for (i = 2; i <= NF; i++) print p h[p, i], $i }' /proc/net/snmp /proc/net/netstat
+}
 step() { # name, seconds, command...
 	local name=$1 limit=$2
 	shift 2
@@ -127,11 +136,11 @@ step() { # name, seconds, command...
 	[ $limit -gt $left ] && limit=$left
 	# XFER_HOST_SS=S: every S seconds of the step, the established TCP
 	# sockets' state (ss -tmi: cwnd, rtt, socket memory, drops) into
-	# NAME.ss, and the step's TCP counters (nstat: retransmissions, loss
+	# NAME.ss, and the step's TCP counters (/proc/net: retransmissions, loss
 	# probes, zero windows) into NAME.nstat, to compare process pairs whose
 	# tcp rows differ (issue 15's spread).
 	local ssp=
-	[ -n "${XFER_HOST_SS:-}" ] && command -v nstat >/dev/null && nstat -n
+	[ -n "${XFER_HOST_SS:-}" ] && tcp_counters >"$out/$name.nstat0"
 	if [ -n "${XFER_HOST_SS:-}" ] && command -v ss >/dev/null; then
 		(while sleep "$XFER_HOST_SS"; do
 			echo "# $(date +%s.%N)"
@@ -145,7 +154,11 @@ step() { # name, seconds, command...
 		kill "$ssp" 2>/dev/null
 		wait "$ssp" 2>/dev/null
 	fi
-	[ -n "${XFER_HOST_SS:-}" ] && command -v nstat >/dev/null && nstat >"$out/$name.nstat" 2>&1
+	if [ -n "${XFER_HOST_SS:-}" ]; then
+		tcp_counters | awk 'NR == FNR { b[$1] = $2; next } { print $1, $2 - b[$1] }' \
+			"$out/$name.nstat0" - >"$out/$name.nstat"
+		rm -f "$out/$name.nstat0"
+	fi
 	echo "$name: rc=$rc in $((SECONDS - t0)) s"
 	[ $rc -ne 0 ] && fails=$((fails + 1))
 	return 0
